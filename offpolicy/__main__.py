@@ -1,0 +1,3 @@
+from offpolicy.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,254 @@
+"""The ``offpolicy`` command: train, eval, plot, table, list.
+
+Every bad input (unknown algorithm, env, flag or preset; invalid value; missing or corrupt
+checkpoint; NaN/inf in data or losses) ends with one line ``offpolicy: error: ...`` on stderr
+and exit code 2, never a traceback. The train flags are generated from the config dataclasses:
+``--steps`` for the loop, ``--<section>.<field>`` (e.g. ``--ace.num-actors``) for the
+algorithm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+import typing
+from pathlib import Path
+
+from offpolicy import __version__
+from offpolicy import config as C
+from offpolicy import registry
+from offpolicy.errors import OffpolicyError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises OffpolicyError (one line) instead of printing usage and exiting."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            flags = [a for a in message.split(":", 1)[1].split() if a.startswith("-")]
+            known = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
+            bad = flags[0] if flags else message.split(":", 1)[1].strip()
+            close = difflib.get_close_matches(bad.split("=")[0], known, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise OffpolicyError(
+                f"{self.prog}: unknown flag {bad}{hint} (valid: {', '.join(known)})")
+        raise OffpolicyError(f"{self.prog}: {message}")
+
+
+def _flag(prefix: str, name: str) -> str:
+    return "--" + (prefix + "." if prefix else "") + name.replace("_", "-")
+
+
+def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str, defaults) -> None:
+    group = parser.add_argument_group(f"{prefix or 'training'} options")
+    for f in C.fields_of(cls):
+        tp = C.field_type(cls, f)
+        dest = (prefix + "." if prefix else "") + f.name
+        default = getattr(defaults, f.name)
+        help_ = f"{f.metadata.get('help', '')} (default: {default})"
+        kw = dict(dest=dest, default=argparse.SUPPRESS, help=help_)
+        if tp is bool:
+            group.add_argument(_flag(prefix, f.name), action=argparse.BooleanOptionalAction, **kw)
+        elif typing.get_origin(tp) is tuple:
+            group.add_argument(_flag(prefix, f.name), type=int, nargs="+", metavar="N", **kw)
+        else:
+            choices = f.metadata.get("choices")
+            group.add_argument(_flag(prefix, f.name), type=tp, choices=choices,
+                               metavar=None if choices else f.name.upper(), **kw)
+
+
+def _train_parser(algo: str) -> _Parser:
+    spec = registry.get(algo)
+    p = _Parser(prog=f"offpolicy train {algo}", description=spec.description,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--run-dir", type=Path, default=argparse.SUPPRESS,
+                   help="run directory (default: runs/<algo>-<env>-s<seed>)")
+    p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+                   help="YAML file with train: and section keys (as a run's config.yaml)")
+    p.add_argument("--preset", choices=list(spec.presets), default=argparse.SUPPRESS,
+                   help="named hyper-parameter preset")
+    p.add_argument("--resume", action="store_true", default=False,
+                   help="continue the run in --run-dir from its latest checkpoint")
+    _add_fields(p, C.TrainConfig, "", C.TrainConfig())
+    defaults = registry.resolve(algo).agent
+    _add_fields(p, spec.config_cls, spec.section, defaults)
+    return p
+
+
+def _load_yaml(path: Path) -> dict:
+    import yaml
+
+    if not path.exists():
+        raise OffpolicyError(f"config file {path} does not exist")
+    try:
+        d = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise OffpolicyError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") \
+            from e
+    if not isinstance(d, dict):
+        raise OffpolicyError(f"config file {path} must hold a mapping")
+    return d
+
+
+_RESUME_CHANGEABLE = {"steps", "quiet", "checkpoint_every", "log_every"}
+
+
+def cmd_train(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: offpolicy train ALGO --env ENV_ID [--steps N] [--seed S] [--run-dir DIR] "
+              "[--config FILE.yaml] [--preset NAME] [--resume] [--<section>.<field> VALUE ...]\n"
+              f"algorithms: {', '.join(registry.ALGORITHMS)}\n"
+              "see `offpolicy train ALGO --help` for every flag")
+        return 0
+    algo = argv[0]
+    registry.get(algo)  # unknown algorithm: one-line error
+    ns = vars(_train_parser(algo).parse_args(argv[1:]))
+    section = registry.get(algo).section
+    train_over = {k: v for k, v in ns.items() if k in {f.name for f in C.fields_of(C.TrainConfig)}}
+    agent_over = {k.split(".", 1)[1]: v for k, v in ns.items() if k.startswith(section + ".")}
+    file_dict = _load_yaml(ns["config"]) if "config" in ns else None
+    preset = ns.get("preset") or (file_dict or {}).get("preset")
+    run = registry.resolve(algo, preset=preset, file_dict=file_dict,
+                           train_overrides=train_over, agent_overrides=agent_over)
+    tc = run.train
+    run_dir = ns.get("run_dir") or Path("runs") / f"{algo}-{tc.env.replace('/', '_')}-s{tc.seed}"
+    if ns["resume"]:
+        saved_path = Path(run_dir) / "config.yaml"
+        if not saved_path.exists():
+            raise OffpolicyError(f"cannot resume: no run in {run_dir} (no config.yaml)")
+        saved = registry.RunConfig.from_dict(_load_yaml(saved_path), where=str(saved_path))
+        if saved.algo != algo:
+            raise OffpolicyError(f"cannot resume: {run_dir} is a {saved.algo} run, not {algo}")
+        changed = [k for k, v in C.to_dict(run.train).items()
+                   if k in train_over and v != getattr(saved.train, k)
+                   and k not in _RESUME_CHANGEABLE]
+        changed += [f"{section}.{k}" for k, v in C.to_dict(run.agent).items()
+                    if k in agent_over and v != C.to_dict(saved.agent)[k]]
+        if changed:
+            raise OffpolicyError(f"cannot change {', '.join(changed)} when resuming {run_dir} "
+                                 f"(changeable: {', '.join(sorted(_RESUME_CHANGEABLE))})")
+        for k in _RESUME_CHANGEABLE & set(train_over):
+            setattr(saved.train, k, train_over[k])
+        run = saved
+    from offpolicy.training.loop import Trainer
+
+    trainer = Trainer(run, run_dir, resume=ns["resume"])
+    summary = trainer.train()
+    if summary["status"] == "interrupted":
+        print(f"interrupted at step {summary['step']}; checkpoint written. Resume with: "
+              f"offpolicy train {algo} --run-dir {run_dir} --resume", file=sys.stderr)
+        return 130
+    print(f"final return_mean {summary['final_return']:.2f} at step {summary['step']} "
+          f"(best {summary['best_return']:.2f}); run directory: {run_dir}")
+    return 0
+
+
+def cmd_eval(argv: list[str]) -> int:
+    p = _Parser(prog="offpolicy eval", description="evaluate a run's checkpoint")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--checkpoint", choices=("latest", "best"), default="latest")
+    p.add_argument("--per-actor", action="store_true",
+                   help="also evaluate each actor of an ensemble alone (ACE Table 3)")
+    a = p.parse_args(argv)
+    if a.episodes < 1:
+        raise OffpolicyError(f"--episodes must be >= 1, got {a.episodes}")
+    from offpolicy.api import load
+
+    agent = load(a.run_dir, a.checkpoint)
+    t = agent.trainer
+    returns = t.evaluate(a.episodes)
+    print(f"{t.run.algo} {t.run.train.env} step {t.step} ({a.checkpoint}): return "
+          f"{returns.mean():.2f} +- {returns.std():.2f} (std over {a.episodes} episodes)")
+    if a.per_actor:
+        n = getattr(t.agent, "num_actors", None)
+        if not n:
+            raise OffpolicyError(f"--per-actor needs an actor ensemble; {t.run.algo} has none")
+        print("| actor | return mean | return std |\n|---:|---:|---:|")
+        for i in range(n):
+            r = t.evaluate(a.episodes, policy=t.agent.single_actor_policy(i))
+            print(f"| {i} | {r.mean():.2f} | {r.std():.2f} |")
+    return 0
+
+
+def _run_dirs(paths: list[Path]) -> list[Path]:
+    out = []
+    for p in paths:
+        if (p / "eval.csv").exists():
+            out.append(p)
+        elif p.is_dir():
+            out.extend(sorted(d.parent for d in p.rglob("eval.csv")))
+        else:
+            raise OffpolicyError(f"{p} is not a run directory")
+    if not out:
+        raise OffpolicyError("no run directories (with eval.csv) found")
+    return out
+
+
+def cmd_plot(argv: list[str]) -> int:
+    p = _Parser(prog="offpolicy plot", description="learning curves, mean +- s.e. over seeds")
+    p.add_argument("runs", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, default=Path("curves.png"))
+    p.add_argument("--title", default="")
+    a = p.parse_args(argv)
+    from offpolicy.plotting import group_runs, plot_groups
+
+    out = plot_groups(group_runs(_run_dirs(a.runs)), a.out, a.title)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_table(argv: list[str]) -> int:
+    p = _Parser(prog="offpolicy table",
+                description="best and final evaluation per algorithm (ACE Table 1 style)")
+    p.add_argument("runs", type=Path, nargs="+")
+    a = p.parse_args(argv)
+    from offpolicy.plotting import format_table, group_runs, table_rows
+
+    print(format_table(table_rows(group_runs(_run_dirs(a.runs)))))
+    return 0
+
+
+def cmd_list(argv: list[str]) -> int:
+    _Parser(prog="offpolicy list", description="algorithms, action kinds, presets").parse_args(
+        argv)
+    print(f"{'algorithm':<15}{'section':<9}{'action kinds':<20}{'presets':<24}description")
+    for a in registry.ALGORITHMS.values():
+        print(f"{a.name:<15}{a.section:<9}{','.join(a.action_kinds):<20}"
+              f"{','.join(a.presets):<24}{a.description}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "table": cmd_table,
+            "list": cmd_list}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: offpolicy {{{','.join(COMMANDS)}}} ...\n"
+              "  train ALGO --env ENV_ID   train an agent (offpolicy train ALGO --help)\n"
+              "  eval RUN_DIR              evaluate a checkpoint\n"
+              "  plot RUN_DIR...           learning curves\n"
+              "  table RUN_DIR...          best/final returns table\n"
+              "  list                      algorithms, action kinds, presets\n"
+              "  --version")
+        return 0
+    if argv[0] == "--version":
+        print(f"offpolicy {__version__}")
+        return 0
+    cmd = COMMANDS.get(argv[0])
+    try:
+        if cmd is None:
+            close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise OffpolicyError(f"unknown command '{argv[0]}'{hint} "
+                                 f"(valid: {', '.join(COMMANDS)}, --version)")
+        return cmd(argv[1:])
+    except OffpolicyError as e:
+        print(f"offpolicy: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("offpolicy: interrupted", file=sys.stderr)
+        return 130

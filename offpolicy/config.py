@@ -1,0 +1,197 @@
+"""Typed configs: one dataclass for the training loop, one per algorithm section.
+
+Every field carries its help text and its constraints in ``metadata``; ``validate`` checks
+them all and the CLI generates one flag per field from the same place (``--steps``,
+``--ddpg.actor-lr``, ``--ace.num-actors``...). Resolution order: dataclass defaults <- the
+algorithm's registry overrides (e.g. wide-ddpg's 800-600) <- ``--preset`` <- ``--config``
+YAML <- command-line flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from offpolicy.errors import OffpolicyError
+
+
+def _f(default: Any, help: str, *, gt: float | None = None, ge: float | None = None,
+       le: float | None = None, lt: float | None = None, choices: tuple | None = None) -> Any:
+    meta = {"help": help, "gt": gt, "ge": ge, "le": le, "lt": lt, "choices": choices}
+    if isinstance(default, (list, tuple)):
+        return field(default_factory=lambda: tuple(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class TrainConfig:
+    """The training loop, evaluation protocol, replay and logging (shared by all algorithms)."""
+
+    env: str = _f("Pendulum-v1", "Gymnasium environment id")
+    steps: int = _f(100_000, "environment steps to train for", ge=1)
+    seed: int = _f(0, "random seed (networks, replay sampling, exploration, env resets)", ge=0)
+    warmup_steps: int = _f(
+        0, "initial steps with uniformly random actions; updates start once the replay holds "
+        "batch_size transitions and warm-up is over (ACE authors' code: no warm-up)", ge=0)
+    updates_per_step: float = _f(1.0, "gradient updates per env step (replay ratio)", gt=0)
+    batch_size: int = _f(64, "minibatch size per update", ge=1)
+    buffer_size: int = _f(1_000_000, "replay capacity in steps", ge=2)
+    eval_every: int = _f(10_000, "evaluate every N env steps (ACE protocol)", ge=1)
+    eval_episodes: int = _f(20, "deterministic evaluation episodes per evaluation", ge=1)
+    checkpoint_every: int = _f(10_000, "write the latest checkpoint every N env steps", ge=1)
+    log_every: int = _f(1_000, "write train.csv / TensorBoard every N env steps", ge=1)
+    normalize_obs: bool = _f(False, "normalise observations with running mean/std")
+    normalize_reward: bool = _f(False, "scale rewards by the running std of the return")
+    save_replay: bool = _f(True, "include the replay buffer in checkpoints (needed to resume)")
+    quiet: bool = _f(False, "no progress bar; one line per evaluation")
+
+
+@dataclass
+class DDPGConfig:
+    """DDPG as the ACE paper runs it (Lillicrap et al. 2016 with tanh, no L2)."""
+
+    hidden: tuple[int, ...] = _f((400, 300), "hidden sizes of actor and critic")
+    activation: str = _f("tanh", "hidden activation", choices=("tanh", "relu"))
+    shared_encoder: bool = _f(False, "actor and critic share the first layer (Shared-DDPG)")
+    actor_trains_encoder: bool = _f(
+        True, "with a shared encoder: the actor's gradient also trains it (authors' code)")
+    critic_l2: float = _f(0.0, "L2 weight decay on critic weights (Lillicrap: 1e-2)", ge=0)
+    actor_lr: float = _f(1e-4, "Adam step size of the actor", gt=0)
+    critic_lr: float = _f(1e-3, "Adam step size of the critic", gt=0)
+    tau: float = _f(1e-3, "soft target update rate", gt=0, le=1)
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    noise: str = _f("ou", "exploration noise", choices=("ou", "gaussian", "none"))
+    noise_sigma: float = _f(0.2, "noise scale (OU sigma or Gaussian std)", ge=0)
+    noise_theta: float = _f(0.15, "OU mean reversion", ge=0)
+    noise_dt: float = _f(1e-2, "OU time step (as in DeepRL and SB3)", gt=0)
+
+
+@dataclass
+class ACEConfig:
+    """ACE and its variants (Zhang & Yao 2019): actor ensemble + latent tree search."""
+
+    num_actors: int = _f(5, "ensemble size N", ge=1)
+    shared_actor_layer: bool = _f(True, "the N actors share their hidden layer (paper); "
+                                  "False gives each its own (authors' code)")
+    plan_depth: int = _f(1, "tree-search depth d (0 = Ensemble-DDPG)", ge=0, le=4)
+    encoder_size: int = _f(400, "latent size of the shared encoder f_enc", ge=1)
+    hidden: int = _f(300, "hidden units of f_q, f_rew, f_trans and the actors' shared layer", ge=1)
+    activation: str = _f("tanh", "hidden activation", choices=("tanh", "relu"))
+    actor_update: str = _f("all", "which actors the policy gradient trains: all (ACE) or the "
+                           "one selected when acting (ACE-Alt)", choices=("all", "selected"))
+    model: str = _f("value", "value: value-prediction model trained through f_q^d (ACE); "
+                    "transition: latent transition model, search only when acting (TM-ACE)",
+                    choices=("value", "transition"))
+    actor_trains_encoder: bool = _f(True, "the actors' gradient also trains the shared encoder")
+    reward_loss_weight: float = _f(1.0, "weight of the reward-grounding loss", ge=0)
+    actor_lr: float = _f(1e-4, "Adam step size of the actors", gt=0)
+    critic_lr: float = _f(1e-3, "Adam step size of encoder and model heads", gt=0)
+    tau: float = _f(1e-3, "soft target update rate", gt=0, le=1)
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    noise: str = _f("ou", "exploration noise", choices=("ou", "gaussian", "none"))
+    noise_sigma: float = _f(0.2, "noise scale (OU sigma or Gaussian std)", ge=0)
+    noise_theta: float = _f(0.15, "OU mean reversion", ge=0)
+    noise_dt: float = _f(1e-2, "OU time step (as in DeepRL and SB3)", gt=0)
+
+
+# ---------------------------------------------------------------------- generic helpers
+def fields_of(cls: type) -> list[dataclasses.Field]:
+    return list(dataclasses.fields(cls))
+
+
+def field_type(cls: type, f: dataclasses.Field) -> Any:
+    return typing.get_type_hints(cls)[f.name]
+
+
+def coerce(cls: type, name: str, value: Any, where: str) -> Any:
+    """Convert a YAML/CLI value to the field's type, with a one-line error."""
+    f = {f.name: f for f in fields_of(cls)}[name]
+    tp = field_type(cls, f)
+    try:
+        if tp is bool:
+            if isinstance(value, str):
+                low = value.lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return low in ("true", "1", "yes")
+            if not isinstance(value, bool):
+                raise ValueError(value)
+            return value
+        if tp is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if tp is str:
+            if not isinstance(value, str):
+                raise ValueError(value)
+            return value
+        if typing.get_origin(tp) is tuple:
+            if isinstance(value, (int, str)):
+                value = [value]
+            return tuple(int(v) for v in value)
+    except (TypeError, ValueError) as e:
+        raise OffpolicyError(f"{where}: invalid value {value!r} (expected {_type_name(tp)})") \
+            from e
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is tuple:
+        return "a list of integers"
+    return getattr(tp, "__name__", str(tp))
+
+
+def validate(cfg: Any, prefix: str = "") -> None:
+    """Check every field against its metadata constraints; raise a one-line error."""
+    for f in fields_of(type(cfg)):
+        v = getattr(cfg, f.name)
+        m = f.metadata
+        flag = "--" + (prefix + "." if prefix else "") + f.name.replace("_", "-")
+        if m.get("choices") and v not in m["choices"]:
+            raise OffpolicyError(
+                f"{flag}: invalid choice {v!r} (valid: {', '.join(map(str, m['choices']))})")
+        values = v if isinstance(v, tuple) else (v,)
+        if isinstance(v, tuple) and not v:
+            raise OffpolicyError(f"{flag}: needs at least one value")
+        for x in values:
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                continue
+            if isinstance(x, float) and not math.isfinite(x):
+                raise OffpolicyError(f"{flag}: must be finite, got {x}")
+            for key, ok, word in (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
+                                  ("lt", lambda a, b: a < b, "<"), ("le", lambda a, b: a <= b, "<=")):
+                bound = m.get(key)
+                if bound is not None and not ok(x, bound):
+                    raise OffpolicyError(f"{flag}: must be {word} {bound}, got {x}")
+        if isinstance(v, tuple) and any(x < 1 for x in v):
+            raise OffpolicyError(f"{flag}: sizes must be >= 1, got {list(v)}")
+
+
+def apply_overrides(cfg: Any, overrides: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in fields_of(type(cfg))}
+    for k, v in overrides.items():
+        key = k.replace("-", "_")
+        if key not in names:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(names), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise OffpolicyError(
+                f"{where}: unknown key '{k}'{hint} (valid: {', '.join(sorted(names))})")
+        setattr(cfg, key, coerce(type(cfg), key, v, f"{where}.{k}"))
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    out = {}
+    for f in fields_of(type(cfg)):
+        v = getattr(cfg, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out

@@ -1,0 +1,82 @@
+"""make_env(): any Gymnasium id, MuJoCo v5, and DM Control through shimmy."""
+
+from __future__ import annotations
+
+import difflib
+
+import gymnasium as gym
+import numpy as np
+
+from offpolicy.envs.spaces import ActionSpec
+from offpolicy.errors import OffpolicyError
+
+DMC_PREFIX = "dm_control/"
+
+
+def _registered_ids() -> list[str]:
+    return sorted(gym.registry.keys())
+
+
+def _unknown_env(env_id: str) -> OffpolicyError:
+    close = difflib.get_close_matches(env_id, _registered_ids(), n=5, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return OffpolicyError(
+        f"unknown environment id '{env_id}'{hint} "
+        "(any registered Gymnasium id is valid, e.g. Pendulum-v1, HalfCheetah-v5, "
+        "dm_control/cheetah-run-v0)"
+    )
+
+
+def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
+    """Create a Gymnasium env with a flat float32 observation vector.
+
+    ``dm_control/<domain>-<task>-v0`` ids need the ``dmc`` extra (dm-control + shimmy); their
+    dict observations are flattened. MuJoCo ids need the ``mujoco`` extra. The env checker is
+    disabled: it costs time on every step and the library validates spaces itself.
+    """
+    if env_id.startswith(DMC_PREFIX):
+        try:
+            import shimmy  # noqa: F401  (registers the dm_control/ ids)
+        except ImportError as e:
+            raise OffpolicyError(
+                f"{env_id} needs DM Control: pip install 'offpolicy[dmc]'") from e
+    if env_id not in gym.registry:
+        raise _unknown_env(env_id)
+    try:
+        env = gym.make(env_id, disable_env_checker=True, **kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        extra = "dmc" if env_id.startswith(DMC_PREFIX) else "mujoco"
+        raise OffpolicyError(
+            f"{env_id} needs a missing dependency ({e}); pip install 'offpolicy[{extra}]'"
+        ) from e
+    except TypeError as e:
+        raise OffpolicyError(f"invalid keyword arguments for {env_id}: {e}") from e
+    if not isinstance(env.observation_space, gym.spaces.Box) or len(
+            env.observation_space.shape) != 1:
+        if isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple)) or (
+                isinstance(env.observation_space, gym.spaces.Box)):
+            env = gym.wrappers.FlattenObservation(env)
+        else:
+            raise OffpolicyError(
+                f"{env_id} has a {type(env.observation_space).__name__} observation space; "
+                "valid: Box or Dict/Tuple of Boxes (flattened)"
+            )
+    if seed is not None:
+        env.action_space.seed(seed)
+    return env
+
+
+def action_spec(env: gym.Env) -> ActionSpec:
+    return ActionSpec.from_gym(env.action_space)
+
+
+def observation_shape(env: gym.Env) -> tuple[int, ...]:
+    return tuple(int(d) for d in env.observation_space.shape)
+
+
+def check_finite(name: str, value: np.ndarray | float, step: int) -> None:
+    """Raise a one-line NonFiniteError if ``value`` holds NaN or inf."""
+    from offpolicy.errors import NonFiniteError
+
+    if not np.all(np.isfinite(value)):
+        raise NonFiniteError(f"non-finite {name} from the environment at step {step}: {value}")

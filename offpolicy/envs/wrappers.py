@@ -1,0 +1,77 @@
+"""Optional observation and reward normalisation (off by default), host-side and checkpointable.
+
+They are not Gymnasium wrappers on purpose: replay stores raw observations and rewards, and the
+loop normalises batches with the statistics current at sampling time, so turning
+normalisation on never invalidates replay, and the statistics travel in checkpoints.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class RunningMeanStd:
+    """Running mean and variance (Chan et al. parallel update), float64."""
+
+    def __init__(self, shape: tuple[int, ...] = ()):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = 1e-4
+
+    def update(self, x: np.ndarray) -> None:
+        x = np.asarray(x, np.float64).reshape((-1, *self.mean.shape))
+        batch_mean, batch_var, n = x.mean(0), x.var(0), x.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + n
+        self.mean = self.mean + delta * n / total
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total
+        self.var = m2 / total
+        self.count = total
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean, "var": self.var, "count": np.float64(self.count)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.mean, self.var, self.count = np.asarray(d["mean"]), np.asarray(d["var"]), float(
+            d["count"])
+
+
+class ObsNormalizer:
+    """z = clip((obs - mean) / sqrt(var + eps), -clip, clip); identity when disabled."""
+
+    def __init__(self, shape: tuple[int, ...], enabled: bool, clip: float = 10.0):
+        self.enabled = enabled
+        self.rms = RunningMeanStd(shape)
+        self.clip = clip
+
+    def update(self, obs: np.ndarray) -> None:
+        if self.enabled:
+            self.rms.update(obs)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return obs
+        z = (obs - self.rms.mean) / np.sqrt(self.rms.var + 1e-8)
+        return np.clip(z, -self.clip, self.clip).astype(np.float32)
+
+
+class RewardScaler:
+    """Divides rewards by the running std of the discounted return (as SB3's VecNormalize)."""
+
+    def __init__(self, gamma: float, enabled: bool):
+        self.enabled = enabled
+        self.gamma = gamma
+        self.rms = RunningMeanStd(())
+        self.ret = 0.0
+
+    def update(self, reward: float, done: bool) -> None:
+        if self.enabled:
+            self.ret = self.ret * self.gamma + reward
+            self.rms.update(np.array([self.ret]))
+            if done:
+                self.ret = 0.0
+
+    def __call__(self, reward: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return reward
+        return (reward / np.sqrt(self.rms.var + 1e-8)).astype(np.float32)

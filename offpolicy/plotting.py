@@ -1,0 +1,124 @@
+"""Learning curves with standard-error bands and paper-style tables (ACE Table 1)."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from offpolicy.errors import OffpolicyError
+
+
+def read_eval(run_dir: str | Path) -> dict[str, np.ndarray]:
+    path = Path(run_dir) / "eval.csv"
+    if not path.exists():
+        raise OffpolicyError(f"no eval.csv in {run_dir}")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise OffpolicyError(f"{path} has no evaluations yet")
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """curve.png of one run: mean evaluation return with its standard-error band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    d = read_eval(run_dir)
+    out = Path(out) if out else Path(run_dir) / "curve.png"
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    ax.plot(d["step"], d["return_mean"], marker="o", ms=3)
+    ax.fill_between(d["step"], d["return_mean"] - d["return_se"],
+                    d["return_mean"] + d["return_se"], alpha=0.25)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("evaluation return")
+    ax.set_title(Path(run_dir).name)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def group_runs(run_dirs: list[Path], key: str = "label") -> dict[str, list[Path]]:
+    """Group run directories by algorithm (from config.yaml) for curves and tables."""
+    import yaml
+
+    groups: dict[str, list[Path]] = defaultdict(list)
+    for r in run_dirs:
+        cfg_path = Path(r) / "config.yaml"
+        name = Path(r).name
+        if cfg_path.exists():
+            cfg = yaml.safe_load(cfg_path.read_text()) or {}
+            name = cfg.get("label") or cfg.get("algo") or name
+        groups[name].append(Path(r))
+    return dict(groups)
+
+
+def curves(groups: dict[str, list[Path]]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per group: steps, mean over seeds, standard error over seeds (common steps only)."""
+    out = {}
+    for name, runs in groups.items():
+        evals = [read_eval(r) for r in runs]
+        steps = sorted(set.intersection(*[set(e["step"].tolist()) for e in evals]))
+        if not steps:
+            continue
+        m = np.array([[e["return_mean"][list(e["step"]).index(s)] for s in steps] for e in evals])
+        se = m.std(0, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else np.zeros(len(steps))
+        out[name] = (np.array(steps), m.mean(0), se)
+    return out
+
+
+def plot_groups(groups: dict[str, list[Path]], out: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for name, (steps, mean, se) in curves(groups).items():
+        n = len(groups[name])
+        ax.plot(steps, mean, label=f"{name} (n={n})")
+        ax.fill_between(steps, mean - se, mean + se, alpha=0.2)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("evaluation return (mean over seeds, shaded: s.e.)")
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return Path(out)
+
+
+def table_rows(groups: dict[str, list[Path]]) -> list[dict]:
+    """ACE Table 1 style: best and final evaluation per run, mean +- s.e. over runs."""
+    rows = []
+    for name, runs in groups.items():
+        best = np.array([read_eval(r)["return_mean"].max() for r in runs])
+        final = np.array([read_eval(r)["return_mean"][-1] for r in runs])
+        last_step = min(int(read_eval(r)["step"][-1]) for r in runs)
+
+        def se(x):
+            return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+
+        rows.append({"algorithm": name, "runs": len(runs), "steps": last_step,
+                     "best_mean": float(best.mean()), "best_se": se(best),
+                     "final_mean": float(final.mean()), "final_se": se(final)})
+    return rows
+
+
+def format_table(rows: list[dict], markdown: bool = True) -> str:
+    head = "| algorithm | runs | steps | best (mean ± s.e.) | final (mean ± s.e.) |"
+    lines = [head, "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['algorithm']} | {r['runs']} | {r['steps']} | "
+                     f"{r['best_mean']:.1f} ± {r['best_se']:.1f} | "
+                     f"{r['final_mean']:.1f} ± {r['final_se']:.1f} |")
+    return "\n".join(lines)

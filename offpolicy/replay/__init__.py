@@ -1,0 +1,5 @@
+"""Experience replay."""
+
+from offpolicy.replay.storage import ReplayBuffer
+
+__all__ = ["ReplayBuffer"]

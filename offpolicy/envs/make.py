@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 
 import gymnasium as gym
 import numpy as np
@@ -40,6 +41,14 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
         except ImportError as e:
             raise OffpolicyError(
                 f"{env_id} needs DM Control: pip install 'offpolicy[dmc]'") from e
+    if ":" in env_id:  # "package.module:EnvName-v0" imports the module that registers it
+        module, _, name = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise OffpolicyError(f"cannot import module '{module}' for env '{env_id}': {e}") \
+                from e
+        env_id = name
     if env_id not in gym.registry:
         raise _unknown_env(env_id)
     try:

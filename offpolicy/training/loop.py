@@ -252,7 +252,9 @@ class Trainer:
         agent, actor, replay, env, spec = self.agent, self.actor, self.replay, self.env, self.spec
         obs_norm, reward_scale = self.obs_norm, self.reward_scale
         normalizing = tc.normalize_obs or tc.normalize_reward
-        default_info = {k: np.zeros(s, d) for k, (s, d) in replay.extra_specs.items()}
+        # behaviour info of random warm-up actions: -1 for integer fields (no actor chose it)
+        default_info = {k: np.full(s, -1 if d.kind in "iu" else 0, d)
+                        for k, (s, d) in replay.extra_specs.items()}
         acc = self._zero_acc(metric_names)
         train_step = self._train_step
         batch_size = tc.batch_size

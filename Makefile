@@ -1,0 +1,35 @@
+# Two commands on a fresh machine: `make train` and `make test`. Both idempotent.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+STAMP  := $(VENV)/.installed
+RUN    := runs/ddpg-pendulum
+
+.PHONY: train test test-slow lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e ".[mujoco,dev]"
+	touch $(STAMP)
+
+# DDPG on Pendulum-v1 for 20k steps; writes $(RUN)/curve.png and prints the final return.
+train: $(STAMP)
+	@if [ -f $(RUN)/checkpoints/latest ]; then \
+	  $(VENV)/bin/offpolicy train ddpg --env Pendulum-v1 --steps 20000 --run-dir $(RUN) --resume; \
+	else \
+	  rm -rf $(RUN); \
+	  $(VENV)/bin/offpolicy train ddpg --env Pendulum-v1 --steps 20000 --seed 0 --eval-every 2000 --run-dir $(RUN); \
+	fi
+	@echo "learning curve: $(RUN)/curve.png"
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check offpolicy tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,13 @@
+"""Shared test set-up: JAX on the CPU with the persistent compilation cache, small helpers."""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("OFFPOLICY_CACHE_DIR", str(Path.home() / ".cache" / "offpolicy" / "jax"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from offpolicy.envs.platform import configure_jax  # noqa: E402
+
+configure_jax()

@@ -4,7 +4,7 @@ VENV   := .venv
 STAMP  := $(VENV)/.installed
 RUN    := runs/ddpg-pendulum
 
-.PHONY: train test test-slow lint clean
+.PHONY: train test test-slow lint clean bench-venv
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check offpolicy tests benchmarks
+
+# The peers (SB3 2.9.2 + SBX 0.28) for benchmarks/, in their own venv so torch never enters ours.
+# torch 2.13.0 first and alone (a CPU wheel; anything else pulls GBs of CUDA), then the peers.
+bench-venv:
+	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/python -m pip install -q torch==2.13.0
+	.venv-bench/bin/python -m pip install -q stable-baselines3==2.9.2 sbx-rl==0.28.0 "gymnasium[mujoco]>=1.0"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -121,13 +121,18 @@ class ACENetwork(nn.Module):
 
     def q_tree(self, z, a, depth: int, gamma: float):
         """f_q^depth(z, a_k) for actions a [..., K, m] at latent z [..., n] -> [..., K]."""
+        return self.q_tree_and_reward(z, a, depth, gamma)[0]
+
+    def q_tree_and_reward(self, z, a, depth: int, gamma: float):
+        """(f_q^depth(z, a), f_rew(z, a)); the root reward is the one the tree already
+        predicts (None for depth 0), so reward grounding costs no second evaluation."""
         if depth == 0:
-            return self.q(z, a)
+            return self.q(z, a), None
         r = self.rew(z, a)  # [..., K]
         z1 = self.trans(z, a)  # [..., K, n]
         a1 = jax.lax.stop_gradient(self.actors(z1))  # [..., K, N, m]: inner actions fixed
         v = self.q_tree(z1, a1, depth - 1, gamma)  # [..., K, N]
-        return r + gamma * jnp.max(v, axis=-1)
+        return r + gamma * jnp.max(v, axis=-1), r
 
     def init_all(self, obs, with_model: bool):
         z = self.encode(obs)
@@ -200,11 +205,14 @@ class ACE:
         p = {**params, **cp}
         obs, action, reward = batch["obs"], batch["action"][:, None, :], batch["reward"]
         z = self._call(p, ACENetwork.encode, obs)
-        q = self.q_tree(p, z, action, d)[:, 0]
+        q, r_hat = self._call(p, ACENetwork.q_tree_and_reward, z, action, d, c.gamma)
+        q = q[:, 0]
         loss = 0.5 * jnp.mean((q - y) ** 2)
         aux = {"q_tree": jnp.mean(q)}
         if self.with_model:
-            r_hat = self._call(p, ACENetwork.rew, z, action)[:, 0]
+            if r_hat is None:  # TM-ACE trains with d = 0: f_rew is evaluated on its own
+                r_hat = self._call(p, ACENetwork.rew, z, action)
+            r_hat = r_hat[:, 0]
             r_loss = 0.5 * jnp.mean((r_hat - reward) ** 2)
             loss = loss + c.reward_loss_weight * r_loss
             aux["reward_loss"] = r_loss

@@ -81,8 +81,14 @@ class DeterministicActor:
         action, info = self._policy(params, obs[None])
         action = np.asarray(action)[0]
         if explore:
-            action = np.clip(action + self.noise(), -1.0, 1.0)
+            action = self.explore(action)
         return action, {k: np.asarray(v)[0] for k, v in info.items()}
+
+    def explore(self, action: np.ndarray) -> np.ndarray:
+        """Add exploration noise to a greedy action; clip to the action box [-1, 1]."""
+        a = action + self.noise()
+        np.clip(a, -1.0, 1.0, out=a)
+        return a
 
     def act_batch(self, params: Any, obs: np.ndarray) -> np.ndarray:
         action, _ = self._policy(params, obs)

@@ -69,7 +69,8 @@ class Trainer:
         self.elapsed = 0.0
         self.eval_history: list[dict] = []
         self._update_credit = 0.0
-        self._traces = 0
+        self._traces = {"train_step": 0, "train_act_step": 0}
+        self._metric_names: list[str] | None = None
         self._ckpt_written = False
         self._created_dir = False
         self._train_step = self._build_train_step()
@@ -92,12 +93,24 @@ class Trainer:
     def _build_train_step(self):
         agent = self.agent
 
-        def train_step(state, acc, batch):
-            self._traces += 1  # runs only while tracing: counts compilations
+        def update(state, acc, batch):
             state, metrics = agent.update(state, batch)
             acc = {k: acc[k] + metrics[k] for k in metrics} | {"count": acc["count"] + 1}
             return state, acc
 
+        def train_step(state, acc, batch):
+            self._traces["train_step"] += 1  # runs only while tracing: counts compilations
+            return update(state, acc, batch)
+
+        def train_act_step(state, acc, batch, obs):
+            """The update, then the greedy action for the next observation with the new
+            parameters: one dispatch and one host sync per env step instead of two."""
+            self._traces["train_act_step"] += 1
+            state, acc = update(state, acc, batch)
+            action, info = agent.policy(agent.acting_params(state), obs[None])
+            return state, acc, action[0], {k: v[0] for k, v in info.items()}
+
+        self._train_act_step = jax.jit(train_act_step, donate_argnums=(0, 1))
         return jax.jit(train_step, donate_argnums=(0, 1))
 
     def _zero_acc(self, metric_names: list[str]) -> dict:
@@ -105,9 +118,12 @@ class Trainer:
             "count": jnp.zeros((), jnp.int32)}
 
     def metric_names(self) -> list[str]:
-        batch = self.replay.gather(np.zeros(self.train_cfg.batch_size, np.int64))
-        _, metrics = jax.eval_shape(self.agent.update, self.state, batch)
-        return sorted(metrics)
+        """The update's metric names (traced once, abstractly: no compile, no FLOPs)."""
+        if self._metric_names is None:
+            batch = self.replay.gather(np.zeros(self.train_cfg.batch_size, np.int64))
+            _, metrics = jax.eval_shape(self.agent.update, self.state, batch)
+            self._metric_names = sorted(metrics)
+        return self._metric_names
 
     @property
     def train_cfg(self):
@@ -115,8 +131,9 @@ class Trainer:
 
     @property
     def compile_count(self) -> int:
-        """How many times the update was traced (1 after the first update: no recompiles)."""
-        return self._traces
+        """The most times any jitted step function was traced: 1 once training has started
+        means the update compiled on its first call and never again."""
+        return max(self._traces.values())
 
     # ------------------------------------------------------------------ checkpoints
     def _meta(self) -> dict:
@@ -186,8 +203,9 @@ class Trainer:
         return self._evaluator.run(act, self.obs_norm)
 
     # ------------------------------------------------------------------ the loop
-    def train(self, until: int | None = None) -> dict[str, Any]:
-        """Train until env step ``until`` (default: ``train.steps``). Returns a summary."""
+    def train(self, until: int | None = None, final_eval: bool = True) -> dict[str, Any]:
+        """Train until env step ``until`` (default: ``train.steps``), then evaluate (unless
+        ``final_eval`` is False or that step was just evaluated). Returns a summary."""
         tc = self.train_cfg
         total = until if until is not None else tc.steps
         status = "completed"
@@ -201,7 +219,7 @@ class Trainer:
                 self._loop(total, logger, metric_names)
             if self._stop_signal is not None:
                 status = "interrupted"
-            elif self._last_eval_step() != self.step:
+            elif final_eval and self._last_eval_step() != self.step:
                 self._do_eval(logger)
         except BaseException:
             logger.close()
@@ -256,12 +274,11 @@ class Trainer:
         default_info = {k: np.full(s, -1 if d.kind in "iu" else 0, d)
                         for k, (s, d) in replay.extra_specs.items()}
         acc = self._zero_acc(metric_names)
-        train_step = self._train_step
+        train_step, train_act_step = self._train_step, self._train_act_step
         batch_size = tc.batch_size
         per_step = tc.updates_per_step
         learn_from = max(tc.warmup_steps, 0)
         state = self.state
-        params = actor.host_params(agent.acting_params(state))
 
         obs, _ = env.reset(seed=tc.seed + 1_000_003 * self.resets)
         self.resets += 1
@@ -278,11 +295,15 @@ class Trainer:
         next_progress = step + 100
         next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
         last_progress_t = time.perf_counter()
+        greedy = None  # (action, info) for obs from the fused update, when one ran
         while step < total:
             if step < tc.warmup_steps:
                 action, info = spec.sample(self.rng), default_info
+            elif greedy is not None:
+                action, info = actor.explore(greedy[0]), greedy[1]
             else:
-                action, info = actor.act(params, obs_n, explore=True)
+                action, info = actor.act(actor.host_params(agent.acting_params(state)), obs_n,
+                                         explore=True)
             next_obs, reward, terminated, truncated, _ = env.step(spec.to_env(action))
             if not (math.isfinite(reward) and np.isfinite(next_obs).all()):
                 raise NonFiniteError(
@@ -294,17 +315,6 @@ class Trainer:
                 obs_norm.update(next_obs)
                 reward_scale.update(reward, terminated or truncated)
             step += 1
-            if step > learn_from and len(replay) >= batch_size:
-                self._update_credit += per_step
-                while self._update_credit >= 1.0:
-                    self._update_credit -= 1.0
-                    batch = replay.sample(batch_size)
-                    if normalizing:
-                        batch["obs"] = obs_norm(batch["obs"])
-                        batch["next_obs"] = obs_norm(batch["next_obs"])
-                        batch["reward"] = reward_scale(batch["reward"])
-                    state, acc = train_step(state, acc, batch)
-                params = actor.host_params(agent.acting_params(state))
             if terminated or truncated:
                 self.episodes += 1
                 ep_returns.append(ep_return)
@@ -314,6 +324,21 @@ class Trainer:
                 actor.reset()
             obs = next_obs
             obs_n = obs_norm(obs) if normalizing else obs
+            greedy = None
+            if step > learn_from and len(replay) >= batch_size:
+                self._update_credit += per_step
+                while self._update_credit >= 1.0:
+                    self._update_credit -= 1.0
+                    batch = replay.sample(batch_size)
+                    if normalizing:
+                        batch["obs"] = obs_norm(batch["obs"])
+                        batch["next_obs"] = obs_norm(batch["next_obs"])
+                        batch["reward"] = reward_scale(batch["reward"])
+                    if self._update_credit >= 1.0:
+                        state, acc = train_step(state, acc, batch)
+                    else:  # the last update of this step also computes the next action
+                        state, acc, a, i = train_act_step(state, acc, batch, obs_n)
+                        greedy = (np.asarray(a), {k: np.asarray(v) for k, v in i.items()})
             if step < next_event and self._stop_signal is None:
                 continue
             # ---- periodic work (never more than once per 100 steps) ----

@@ -1,0 +1,132 @@
+"""Learning benchmarks with the ACE paper's protocol, resumable run by run.
+
+    python benchmarks/learning.py --suite ddpg-peers --steps 100000 --seeds 0 1 2
+    python benchmarks/learning.py --suite ace-family --steps 100000 --seeds 0 1 2
+
+Protocol (ACE paper, "Experiments"): evaluate every 10 000 steps with 20 deterministic
+episodes (no exploration noise) on a separate environment; report the best and the final
+evaluation per run, mean +- standard error over seeds, and the learning curves.
+
+Each run lives in ``benchmarks/runs/<suite>/<entry>/s<seed>``. A finished run is skipped, an
+unfinished one of ours continues with ``--resume`` from its latest checkpoint (a peer run
+restarts: SB3/SBX have no checkpoint here). Runs go seed-major (every entry of seed 0 first),
+so a stopped benchmark has balanced partial results. After every run the table
+(``learning_<suite>.md``), the curves (``learning_<suite>.png``) and a CSV of all evaluations
+(``learning_<suite>.csv``) are rewritten under ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+SUITES = {
+    "ddpg-peers": ["ddpg", "sbx-ddpg", "sb3-ddpg"],
+    "ace-family": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "wide-ddpg", "shared-ddpg",
+                   "ddpg"],
+}
+
+
+def finished(run_dir: Path, steps: int) -> bool:
+    path = run_dir / "eval.csv"
+    if not path.exists():
+        return False
+    rows = path.read_text().strip().splitlines()[1:]
+    return bool(rows) and int(float(rows[-1].split(",")[0])) >= steps
+
+
+def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_python: str,
+            log) -> None:
+    if entry.startswith(("sb3-", "sbx-")):
+        cmd = [peers_python, str(HERE / "peers.py"), "learn", "--lib", entry[:3], "--env", env,
+               "--steps", str(steps), "--seed", str(seed), "--run-dir", str(run_dir),
+               "--eval-every", "10000", "--eval-episodes", "20", "--warmup", "64"]
+    else:
+        cmd = [sys.executable, "-m", "offpolicy", "train", entry, "--env", env, "--steps",
+               str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--quiet",
+               "--eval-every", "10000", "--eval-episodes", "20"]
+        if (run_dir / "checkpoints" / "latest").exists():
+            cmd.append("--resume")
+        elif run_dir.exists():  # started but never checkpointed: start again
+            import shutil
+
+            shutil.rmtree(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {' '.join(cmd)}", file=log, flush=True)
+    out = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if out.returncode != 0:
+        print(f"run {entry} s{seed} failed with exit code {out.returncode}", file=log, flush=True)
+
+
+def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str) -> str:
+    from offpolicy.plotting import format_table, plot_groups, read_eval, table_rows
+
+    groups = {}
+    for entry in SUITES[suite]:
+        dirs = sorted(d for d in (runs_root / entry).glob("s*") if (d / "eval.csv").exists())
+        dirs = [d for d in dirs if len(read_eval(d)["step"]) > 0]
+        if dirs:
+            groups[entry] = dirs
+    if not groups:
+        return "no finished evaluations yet"
+    with open(out_dir / f"learning_{suite}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["entry", "seed", "step", "return_mean", "return_se", "episodes"])
+        for entry, dirs in groups.items():
+            for d in dirs:
+                e = read_eval(d)
+                for i in range(len(e["step"])):
+                    w.writerow([entry, d.name[1:], int(e["step"][i]), e["return_mean"][i],
+                                e["return_se"][i], int(e["episodes"][i])])
+    plot_groups(groups, out_dir / f"learning_{suite}.png", f"{env}: mean over seeds +- s.e.")
+    text = (f"# Learning benchmark: {suite} on {env}\n\nCommand: `{command}`\n\n"
+            "Protocol: evaluation every 10 000 steps, 20 deterministic episodes on a separate "
+            "env; best and final evaluation per run, mean +- standard error over runs. "
+            "`steps` is the last step that every run of the row reached.\n\n"
+            + format_table(table_rows(groups)) + "\n")
+    (out_dir / f"learning_{suite}.md").write_text(text)
+    return text
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", choices=list(SUITES), required=True)
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--env", default="HalfCheetah-v5")
+    p.add_argument("--entries", nargs="+", help="a subset of the suite's entries")
+    p.add_argument("--runs-root", type=Path, default=HERE / "runs")
+    p.add_argument("--out-dir", type=Path, default=HERE / "results")
+    p.add_argument("--peers-python", default=os.environ.get(
+        "OFFPOLICY_BENCH_PYTHON", str(HERE.parent / ".venv-bench" / "bin" / "python")))
+    p.add_argument("--report-only", action="store_true")
+    a = p.parse_args()
+    entries = a.entries or SUITES[a.suite]
+    root = a.runs_root / a.suite
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/learning.py " + " ".join(sys.argv[1:])
+    if not a.report_only:
+        with open(a.out_dir / f"learning_{a.suite}.log", "a") as log:
+            for seed in a.seeds:
+                for entry in entries:
+                    run_dir = root / entry / f"s{seed}"
+                    if finished(run_dir, a.steps):
+                        continue
+                    run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log)
+                    report(a.suite, root, a.out_dir, command, a.env)
+    print(report(a.suite, root, a.out_dir, command, a.env))
+    print(json.dumps({"runs_root": str(root)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

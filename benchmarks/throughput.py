@@ -1,0 +1,292 @@
+"""Env steps per second with one update per step, side by side with SB3 and SBX.
+
+    python benchmarks/throughput.py --suite all --rounds 3 [--resume]
+
+Protocol (DESIGN.md "Performance rules"): HalfCheetah-v5, 400-300 tanh networks, batch 64, one
+update per env step. Every entry runs in its own process, entries alternate within each
+round (ours, SBX, SB3, ACE configurations...), and medians over rounds are reported, because
+the machine is shared and noisy. For our entries the same process also measures:
+
+* the update-only rate: the jitted update repeated on one batch (no env, no acting), so the
+  loop's overhead is visible as ``loop_ratio = env_steps_per_s / update_per_s``;
+* XLA's FLOP count of one update (``jit(...).lower(...).compile().cost_analysis()``);
+* the machine's float32 matmul throughput: a 1024x1024 NumPy matmul, and from it
+  ``flop_efficiency = flops_per_update * update_per_s / matmul_flops_per_s``.
+
+The peers run through benchmarks/peers.py in a separate venv (``make bench-venv``), so that
+torch never enters ours. Results: CSV rows per round, a markdown summary with medians and
+ratios, the exact command, versions and the CPU model, and a bar plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ENV_ID = "HalfCheetah-v5"
+
+# name -> (kind, algo, overrides); kind "ours" runs in this venv, "sb3"/"sbx" in the bench venv
+ENTRIES = {
+    "ours-ddpg": ("ours", "ddpg", {}),
+    "sbx-ddpg": ("sbx", "ddpg", {}),
+    "sb3-ddpg": ("sb3", "ddpg", {}),
+    "ours-ace-5-1": ("ours", "ace", {"num_actors": 5, "plan_depth": 1}),
+    "ours-ace-10-1": ("ours", "ace", {"num_actors": 10, "plan_depth": 1}),
+    "ours-ace-5-2": ("ours", "ace", {"num_actors": 5, "plan_depth": 2}),
+}
+SUITES = {
+    "ddpg": ["ours-ddpg", "sbx-ddpg", "sb3-ddpg"],
+    "ace": ["ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2", "sbx-ddpg", "sb3-ddpg"],
+    "all": list(ENTRIES),
+}
+# the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
+REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
+                   "ours-ddpg": 0.19}
+COLUMNS = ["round", "entry", "lib", "algo", "steps", "env_steps_per_s", "update_per_s",
+           "gflop_per_update", "matmul_gflops", "flop_efficiency", "loop_ratio", "seconds"]
+
+
+def matmul_gflops(reps: int = 20) -> float:
+    a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((1024, 1024), dtype=np.float32)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * 1024**3 / float(np.median(times)) / 1e9
+
+
+def measure_ours(algo: str, overrides: dict, steps: int, warmup: int) -> dict:
+    """One process: matmul peak, loop rate after warm-up/compile, update-only rate, FLOPs."""
+    import jax
+
+    from offpolicy import registry
+    from offpolicy.training.loop import Trainer
+
+    peak = matmul_gflops()
+    big = 10**9
+    run = registry.resolve(algo, train_overrides=dict(
+        env=ENV_ID, steps=big, eval_every=big, checkpoint_every=big, log_every=1000,
+        batch_size=64, quiet=True), agent_overrides=overrides)
+    t = Trainer(run, None)
+    t.train(until=warmup, final_eval=False)  # fills replay, compiles
+    t0 = time.perf_counter()
+    t.train(until=warmup + steps, final_eval=False)
+    loop_s = time.perf_counter() - t0
+    env_rate = steps / loop_s
+
+    batch = t.replay.sample(64)
+    state = t.state
+    compiled = jax.jit(t.agent.update).lower(state, batch).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    flops = float(cost.get("flops", float("nan")))
+    update = jax.jit(t.agent.update, donate_argnums=0)
+    state = jax.tree_util.tree_map(lambda x: x.copy(), state)
+    for _ in range(10):
+        state, _ = update(state, batch)
+    jax.block_until_ready(state)
+    reps = max(20, min(steps, int(2.0 * env_rate)))  # about two seconds of updates
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        state, _ = update(state, batch)
+    jax.block_until_ready(state)
+    upd_rate = reps / (time.perf_counter() - t0)
+    return {"lib": "offpolicy", "algo": algo, "steps": steps, "env_steps_per_s": env_rate,
+            "update_per_s": upd_rate, "gflop_per_update": flops / 1e9, "matmul_gflops": peak,
+            "flop_efficiency": flops * upd_rate / (peak * 1e9),
+            "loop_ratio": env_rate / upd_rate, "compiles": t.compile_count,
+            "jax": jax.__version__, "backend": jax.default_backend()}
+
+
+def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
+    kind, algo, over = ENTRIES[name]
+    if kind == "ours":
+        cmd = [sys.executable, __file__, "_measure", "--algo", algo, "--steps", str(steps),
+               "--warmup", str(warmup), "--overrides", json.dumps(over)]
+    else:
+        cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--env",
+               ENV_ID, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["seconds"] = time.perf_counter() - t0
+    if kind != "ours":  # compare against the peers' rate without their first (compiling) steps
+        res["env_steps_per_s"] = res.get("steps_per_s_steady", res["steps_per_s"])
+        res["lib"] = kind
+    return res
+
+
+def steps_for(name: str, ddpg_steps: int) -> tuple[int, int]:
+    """(timed steps, warm-up steps): ACE is 5-70x heavier than DDPG, so it times fewer."""
+    if name == "ours-ace-5-2":
+        return max(ddpg_steps // 10, 200), 200
+    if name.startswith("ours-ace"):
+        return max(ddpg_steps // 4, 300), 300
+    return ddpg_steps, 1000
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["entry"], []).append(r)
+
+    def med(name, key):
+        vals = [float(r[key]) for r in by.get(name, []) if r.get(key) not in ("", None)]
+        return float(np.median(vals)) if vals else float("nan")
+
+    lines = [f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env step", "",
+             f"Command: `{command}`", "",
+             f"Machine: {cpu_model()}, {os.cpu_count()} cores; date {time.strftime('%Y-%m-%d')}",
+             f"Python {platform.python_version()}; rounds: {max(int(r['round']) for r in rows)}"
+             " (entries alternate within each round; medians over rounds)", "",
+             "| entry | env steps/s | update-only/s | loop ratio | GFLOP/update | "
+             "ref GFLOP | FLOP efficiency | matmul GFLOP/s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in by:
+        def f(key, fmt):
+            v = med(name, key)
+            return "" if np.isnan(v) else format(v, fmt)
+
+        ref = REFERENCE_GFLOP.get(name, "")
+        lines.append(f"| {name} | {f('env_steps_per_s', '.1f')} | {f('update_per_s', '.1f')} | "
+                     f"{f('loop_ratio', '.3f')} | {f('gflop_per_update', '.3f')} | {ref} | "
+                     f"{f('flop_efficiency', '.2f')} | {f('matmul_gflops', '.1f')} |")
+    ours = med("ours-ddpg", "env_steps_per_s")
+    if not np.isnan(ours):
+        lines += ["", "Ratios of medians (ours-ddpg over peer):"]
+        for peer in ("sbx-ddpg", "sb3-ddpg"):
+            p = med(peer, "env_steps_per_s")
+            if not np.isnan(p):
+                lines.append(f"- {peer}: {ours / p:.2f}x")
+        # per-round paired ratios: robust to drift of the machine's speed
+        for peer in ("sbx-ddpg", "sb3-ddpg"):
+            pairs = []
+            for rnd in sorted({r["round"] for r in rows}):
+                o = [float(r["env_steps_per_s"]) for r in by.get("ours-ddpg", [])
+                     if r["round"] == rnd]
+                p = [float(r["env_steps_per_s"]) for r in by.get(peer, []) if r["round"] == rnd]
+                if o and p:
+                    pairs.append(o[0] / p[0])
+            if pairs:
+                lines.append(f"- {peer}, paired per round: "
+                             + ", ".join(f"{x:.2f}" for x in pairs)
+                             + f" (median {np.median(pairs):.2f}x)")
+    versions = {r["entry"]: r.get("versions", "") for r in rows if r.get("versions")}
+    if versions:
+        lines += ["", "Peer versions: " + json.dumps(next(iter(versions.values())))]
+    text = "\n".join(lines) + "\n"
+    (out_dir / f"throughput_{suite}.md").write_text(text)
+    plot(by, med, out_dir / f"throughput_{suite}.png")
+    return text
+
+
+def plot(by, med, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(by)
+    env = [med(n, "env_steps_per_s") for n in names]
+    upd = [med(n, "update_per_s") for n in names]
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
+    ax.bar(x - 0.2, env, 0.4, label="env steps/s (1 update/step)")
+    ax.bar(x + 0.2, [0 if np.isnan(u) else u for u in upd], 0.4, label="update-only/s")
+    ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("per second (log scale), medians")
+    ax.set_title(f"{ENV_ID}, batch 64")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_measure":
+        p = argparse.ArgumentParser()
+        p.add_argument("_measure")
+        p.add_argument("--algo", required=True)
+        p.add_argument("--steps", type=int, required=True)
+        p.add_argument("--warmup", type=int, required=True)
+        p.add_argument("--overrides", default="{}")
+        a = p.parse_args()
+        print(json.dumps(measure_ours(a.algo, json.loads(a.overrides), a.steps, a.warmup)))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", choices=list(SUITES), default="all")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3000, help="timed DDPG steps per entry")
+    p.add_argument("--peers-python", default=os.environ.get(
+        "OFFPOLICY_BENCH_PYTHON", str(HERE.parent / ".venv-bench" / "bin" / "python")))
+    p.add_argument("--out-dir", type=Path, default=HERE / "results")
+    p.add_argument("--resume", action="store_true", help="keep finished rows of the CSV")
+    a = p.parse_args()
+    entries = SUITES[a.suite]
+    if any(ENTRIES[e][0] != "ours" for e in entries) and not Path(a.peers_python).exists():
+        print(f"peers' python {a.peers_python} not found: run `make bench-venv` or pass "
+              "--peers-python", file=sys.stderr)
+        return 2
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = a.out_dir / f"throughput_{a.suite}.csv"
+    command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:])
+    rows: list[dict] = []
+    if a.resume and csv_path.exists():
+        with open(csv_path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    done = {(int(r["round"]), r["entry"]) for r in rows}
+    new = not (a.resume and csv_path.exists())
+    with open(csv_path, "w" if new else "a", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS + ["versions"], extrasaction="ignore")
+        if new:
+            w.writeheader()
+        for rnd in range(1, a.rounds + 1):
+            for name in entries:
+                if (rnd, name) in done:
+                    continue
+                steps, warmup = steps_for(name, a.steps)
+                res = run_entry(name, steps, warmup, a.peers_python)
+                row = {"round": rnd, "entry": name, "steps": steps, **res,
+                       "versions": json.dumps(res.get("versions", ""))}
+                row = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+                w.writerow(row)
+                f.flush()
+                rows.append({k: str(v) for k, v in row.items()})
+                print(f"round {rnd} {name:15s} {float(res['env_steps_per_s']):8.1f} env steps/s"
+                      + (f"  update-only {res['update_per_s']:.1f}/s  "
+                         f"eff {res['flop_efficiency']:.2f}" if "update_per_s" in res else ""),
+                      flush=True)
+    print(summarize(rows, a.out_dir, a.suite, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

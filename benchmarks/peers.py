@@ -1,0 +1,468 @@
+#!/usr/bin/env python
+"""Peer baselines: DDPG from Stable-Baselines3 (PyTorch) and SBX (JAX).
+
+This script runs the *peer* libraries side by side with our own library, for
+the benchmarks.  It is executed **only** with the separate benchmark
+interpreter (``.venv-bench/bin/python``, made by ``make bench-venv``), which holds
+``stable-baselines3==2.9.2``, ``sbx-rl==0.28.0``, torch, jax and
+``gymnasium[mujoco]``.  It deliberately does not import ``offpolicy``: the two
+stacks live in different virtual environments so that neither pins the
+other's dependencies.
+
+Subcommands (each prints exactly one JSON object on the last line of stdout;
+progress goes to stderr):
+
+``throughput --lib sb3|sbx --env HalfCheetah-v5 --steps N --warmup W --seed S``
+    Runs ``learn(W + N)`` and reports env steps per second over the N
+    post-warm-up steps only (every one of them is one env step plus one
+    gradient step).  ``steps_per_s_steady`` additionally skips the first few
+    updates, which for SBX include XLA compilation.
+
+``learn --lib sb3|sbx --env HalfCheetah-v5 --steps 100000 --seed S --run-dir DIR``
+    Trains for ``--steps`` env steps and every ``--eval-every`` steps runs
+    ``--eval-episodes`` deterministic episodes (no exploration noise) on a
+    separate evaluation env; episode ``i`` is reset with
+    ``seed + 10_000 + i``, so every evaluation sees the same start states.
+    Rows are appended (and flushed) to ``DIR/eval.csv`` as they come, so a
+    killed run keeps its partial curve.  If ``DIR/eval.csv`` already holds the
+    final step the run is skipped, so a driver can resume run by run.
+
+DDPG configuration, chosen to match the DDPG baseline of the ACE paper
+(Zhang & Yao, 2019), which follows Lillicrap et al. (2016):
+
+* actor and critic MLPs with 400-300 hidden units and tanh activations
+  (``net_arch=[400, 300]``; ``torch.nn.Tanh`` for SB3, ``flax.linen.tanh`` for
+  SBX, whose policies take an activation *function* rather than a module
+  class); the actor output is squashed by tanh in both libraries;
+* batch size 64, replay buffer of 1e6 transitions, Polyak rate tau = 1e-3,
+  gamma = 0.99, one gradient step per env step;
+* Ornstein-Uhlenbeck exploration noise with theta = 0.15, sigma = 0.2
+  (SB3's ``OrnsteinUhlenbeckActionNoise``, default dt = 1e-2 as in Lillicrap
+  et al. and DeepRL); the noise is reset at each episode end;
+* ``learning_starts = warmup``: during the warm-up SB3/SBX take uniformly
+  random actions and do not train, like the paper's random warm-up;
+* learning rate 1e-3 for actor *and* critic.  SB3's DDPG takes a single
+  learning rate; SBX's DDPG takes ``learning_rate`` (actor) and
+  ``qf_learning_rate`` (critic), both set to the same value for parity.  The
+  paper's 1e-4 actor rate is therefore *not* reproduced; the value used is
+  recorded in every output.
+
+Known differences from the paper that the peers cannot express: the critic
+takes the action at its input layer (not at the second layer), there is no L2
+weight decay on the critic, and weights use each framework's default
+initialisation (PyTorch: Kaiming-uniform; Flax: LeCun-normal) instead of the
+orthogonal / x1e-3 output-layer scheme of the ACE authors' code that we use.
+
+Time-limit truncation: both libraries use SB3's ``ReplayBuffer`` with
+``handle_timeout_termination=True`` (the default); ``DummyVecEnv`` sets
+``info["TimeLimit.truncated"] = truncated and not terminated`` and the buffer
+samples ``dones * (1 - timeouts)``, so truncated episodes bootstrap.  SBX's
+DDPG is TD3 with ``policy_delay=1``, one critic, and target-policy noise
+clipped to 0, i.e. plain DDPG.
+
+Evaluation timing: SB3 calls ``callback.on_step()`` right after the env step
+and before that step's gradient update, so the evaluation at step ``k`` sees
+the updates made after steps ``warmup + 1 .. k - 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import OrnsteinUhlenbeckActionNoise
+
+Lib = Literal["sb3", "sbx"]
+LIBS: tuple[Lib, ...] = ("sb3", "sbx")
+EVAL_HEADER = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
+EVAL_SEED_OFFSET = 10_000
+DISTRIBUTIONS = (
+    "stable_baselines3",
+    "sbx-rl",
+    "torch",
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "gymnasium",
+    "mujoco",
+    "numpy",
+)
+
+
+@dataclass(frozen=True)
+class DDPGConfig:
+    """DDPG hyper-parameters shared by both peers (see the module docstring)."""
+
+    hidden: tuple[int, ...] = (400, 300)
+    activation: str = "tanh"
+    batch_size: int = 64
+    buffer_size: int = 1_000_000
+    learning_rate: float = 1e-3  # actor; SB3 has a single rate for both nets
+    critic_learning_rate: float = 1e-3  # SBX's qf_learning_rate; SB3 uses learning_rate
+    tau: float = 1e-3
+    gamma: float = 0.99
+    train_freq: int = 1
+    gradient_steps: int = 1
+    ou_theta: float = 0.15
+    ou_sigma: float = 0.2
+    ou_dt: float = 1e-2  # SB3 default, as in Lillicrap et al. / DeepRL
+    device: str = "cpu"
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of the relevant distributions (no imports needed)."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in DISTRIBUTIONS:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def make_model(lib: Lib, env: gym.Env[Any, Any], cfg: DDPGConfig, warmup: int, seed: int) -> BaseAlgorithm:
+    """Build the peer's DDPG with ``cfg`` on ``env``."""
+    n_actions = int(np.prod(env.action_space.shape))  # type: ignore[arg-type]
+    noise = OrnsteinUhlenbeckActionNoise(
+        mean=np.zeros(n_actions),
+        sigma=cfg.ou_sigma * np.ones(n_actions),
+        theta=cfg.ou_theta,
+        dt=cfg.ou_dt,
+    )
+    common: dict[str, Any] = dict(
+        buffer_size=cfg.buffer_size,
+        learning_starts=warmup,
+        batch_size=cfg.batch_size,
+        tau=cfg.tau,
+        gamma=cfg.gamma,
+        train_freq=cfg.train_freq,
+        gradient_steps=cfg.gradient_steps,
+        action_noise=noise,
+        verbose=0,
+        seed=seed,
+        device=cfg.device,
+    )
+    if cfg.activation != "tanh":
+        raise ValueError(f"unsupported activation {cfg.activation!r}")
+    if lib == "sb3":
+        from stable_baselines3 import DDPG as SB3DDPG
+
+        if cfg.critic_learning_rate != cfg.learning_rate:
+            raise ValueError("SB3 DDPG has a single learning rate for actor and critic")
+        return SB3DDPG(
+            "MlpPolicy",
+            env,
+            learning_rate=cfg.learning_rate,
+            policy_kwargs=dict(net_arch=list(cfg.hidden), activation_fn=torch.nn.Tanh),
+            **common,
+        )
+    if lib == "sbx":
+        import flax.linen as nn
+        from sbx import DDPG as SBXDDPG
+
+        return SBXDDPG(
+            "MlpPolicy",
+            env,
+            learning_rate=cfg.learning_rate,
+            qf_learning_rate=cfg.critic_learning_rate,
+            policy_kwargs=dict(net_arch=list(cfg.hidden), activation_fn=nn.tanh),
+            **common,
+        )
+    raise ValueError(f"unknown lib {lib!r}")
+
+
+def runtime_info(lib: Lib) -> dict[str, Any]:
+    """Threading / device facts that affect timings."""
+    info: dict[str, Any] = {
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+    if lib == "sbx":
+        import jax
+
+        info["jax_devices"] = [str(d) for d in jax.devices()]
+    return info
+
+
+def emit(obj: dict[str, Any]) -> None:
+    """Print the result object as the last line of stdout."""
+    sys.stdout.flush()
+    print(json.dumps(obj), flush=True)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+class _Clock(BaseCallback):
+    """Records wall-clock times at the end of warm-up, at a later step and at the end."""
+
+    def __init__(self, warmup: int, steady_from: int) -> None:
+        super().__init__(verbose=0)
+        self.warmup = warmup
+        self.steady_from = steady_from
+        self.t_warm: float | None = None
+        self.t_steady: float | None = None
+        self.t_end: float | None = None
+
+    def _on_training_start(self) -> None:
+        if self.warmup == 0:
+            self.t_warm = time.perf_counter()
+        if self.steady_from == 0:
+            self.t_steady = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps == self.warmup:
+            self.t_warm = time.perf_counter()
+        if self.num_timesteps == self.steady_from:
+            self.t_steady = time.perf_counter()
+        return True
+
+    def _on_training_end(self) -> None:
+        self.t_end = time.perf_counter()
+
+
+def cmd_throughput(args: argparse.Namespace) -> None:
+    cfg = DDPGConfig()
+    lib: Lib = args.lib
+    steps: int = args.steps
+    warmup: int = args.warmup
+    if steps <= 0 or warmup < 0:
+        raise SystemExit("--steps must be > 0 and --warmup >= 0")
+    # Skip the first updates (XLA compilation for SBX) for the steady-state rate.
+    skip = min(100, steps // 10)
+    env = gym.make(args.env)
+    model = make_model(lib, env, cfg, warmup, args.seed)
+    clock = _Clock(warmup, warmup + skip)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=warmup + steps, callback=clock)
+    t1 = time.perf_counter()
+    assert clock.t_warm is not None and clock.t_steady is not None and clock.t_end is not None
+    seconds = clock.t_end - clock.t_warm
+    emit(
+        {
+            "lib": lib,
+            "algo": "ddpg",
+            "env": args.env,
+            "steps": steps,
+            "warmup": warmup,
+            "seed": args.seed,
+            "steps_per_s": steps / seconds,
+            "seconds": seconds,
+            "steps_per_s_steady": (steps - skip) / (clock.t_end - clock.t_steady),
+            "steady_skip": skip,
+            "total_seconds": t1 - t0,
+            "learning_rate": cfg.learning_rate,
+            "config": asdict(cfg),
+            **runtime_info(lib),
+            "versions": versions(),
+        }
+    )
+
+
+# --------------------------------------------------------------------------- learn
+
+
+def evaluate(model: BaseAlgorithm, env: gym.Env[Any, Any], episodes: int, seed_base: int) -> np.ndarray:
+    """Undiscounted returns of ``episodes`` deterministic (noise-free) episodes."""
+    returns = np.empty(episodes, dtype=np.float64)
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed_base + i)
+        total, done = 0.0, False
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = bool(terminated or truncated)
+        returns[i] = total
+    return returns
+
+
+class _EvalCallback(BaseCallback):
+    """Evaluates every ``eval_every`` env steps and appends a row to ``eval.csv``."""
+
+    def __init__(
+        self,
+        eval_env: gym.Env[Any, Any],
+        csv_path: Path,
+        eval_every: int,
+        episodes: int,
+        total_steps: int,
+        seed_base: int,
+    ) -> None:
+        super().__init__(verbose=0)
+        self.eval_env = eval_env
+        self.csv_path = csv_path
+        self.eval_every = eval_every
+        self.episodes = episodes
+        self.total_steps = total_steps
+        self.seed_base = seed_base
+        self.t_start = time.perf_counter()
+        self.means: list[float] = []
+
+    def _on_training_start(self) -> None:
+        self.t_start = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        n = self.num_timesteps
+        if n % self.eval_every == 0 or n == self.total_steps:
+            returns = evaluate(self.model, self.eval_env, self.episodes, self.seed_base)
+            mean, std = float(returns.mean()), float(returns.std(ddof=0))
+            wall = time.perf_counter() - self.t_start
+            row = [n, mean, std, std / math.sqrt(self.episodes), self.episodes, wall]
+            with self.csv_path.open("a", newline="") as f:
+                csv.writer(f).writerow(row)
+                f.flush()
+                os.fsync(f.fileno())
+            self.means.append(mean)
+            log(f"[{n}] return {mean:.1f} +- {std:.1f}  ({wall:.0f}s)")
+        return True
+
+
+def read_eval_csv(path: Path) -> list[dict[str, float]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def cmd_learn(args: argparse.Namespace) -> None:
+    cfg = DDPGConfig()
+    lib: Lib = args.lib
+    run_dir = Path(args.run_dir)
+    csv_path = run_dir / "eval.csv"
+    if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0:
+        raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0")
+
+    settings: dict[str, Any] = {
+        "lib": lib,
+        "algo": "ddpg",
+        "env": args.env,
+        "seed": args.seed,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "eval_every": args.eval_every,
+        "eval_episodes": args.eval_episodes,
+        "eval_seed_base": args.seed + EVAL_SEED_OFFSET,
+        "ddpg": asdict(cfg),
+    }
+    settings = json.loads(json.dumps(settings))  # tuples -> lists, as stored in config.json
+
+    rows = read_eval_csv(csv_path)
+    if rows and int(rows[-1]["step"]) == args.steps:
+        old = run_dir / "config.json"
+        if old.exists():
+            prev = json.loads(old.read_text()).get("settings", {})
+            diff = {k: (prev.get(k), v) for k, v in settings.items() if prev.get(k) != v}
+            if diff:
+                raise SystemExit(f"{run_dir} holds a finished run with other settings: {diff}")
+        means = [r["return_mean"] for r in rows]
+        emit(
+            {
+                "lib": lib,
+                "seed": args.seed,
+                "final_return": means[-1],
+                "best_return": max(means),
+                "run_dir": str(run_dir),
+                "seconds": rows[-1]["wall_time"],
+                "skipped": True,
+            }
+        )
+        return
+
+    # Fresh start (a partial eval.csv from a killed run is discarded: no model checkpoint).
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "settings": settings,
+        "versions": versions(),
+        **runtime_info(lib),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv,
+    }
+    (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    with csv_path.open("w", newline="") as f:
+        csv.writer(f).writerow(EVAL_HEADER)
+
+    env = gym.make(args.env)
+    eval_env = gym.make(args.env)
+    model = make_model(lib, env, cfg, args.warmup, args.seed)
+    callback = _EvalCallback(
+        eval_env,
+        csv_path,
+        args.eval_every,
+        args.eval_episodes,
+        args.steps,
+        args.seed + EVAL_SEED_OFFSET,
+    )
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=args.steps, callback=callback)
+    seconds = time.perf_counter() - t0
+    emit(
+        {
+            "lib": lib,
+            "seed": args.seed,
+            "final_return": callback.means[-1] if callback.means else None,
+            "best_return": max(callback.means) if callback.means else None,
+            "run_dir": str(run_dir),
+            "seconds": seconds,
+            "skipped": False,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--lib", choices=LIBS, required=True)
+        p.add_argument("--env", default="HalfCheetah-v5")
+        p.add_argument("--seed", type=int, default=0)
+
+    tp = sub.add_parser("throughput", help="env steps/s of DDPG after warm-up")
+    common(tp)
+    tp.add_argument("--steps", type=int, required=True, help="timed post-warm-up steps")
+    tp.add_argument("--warmup", type=int, default=1000, help="untimed random-action steps")
+    tp.set_defaults(func=cmd_throughput)
+
+    lp = sub.add_parser("learn", help="train DDPG with periodic deterministic evaluation")
+    common(lp)
+    lp.add_argument("--steps", type=int, default=100_000)
+    lp.add_argument("--run-dir", required=True)
+    lp.add_argument("--eval-every", type=int, default=10_000)
+    lp.add_argument("--eval-episodes", type=int, default=20)
+    lp.add_argument("--warmup", type=int, default=10_000)
+    lp.set_defaults(func=cmd_learn)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -136,7 +136,8 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def make_model(lib: Lib, env: gym.Env[Any, Any], cfg: DDPGConfig, warmup: int, seed: int) -> BaseAlgorithm:
+def make_model(lib: Lib, env: gym.Env[Any, Any], cfg: DDPGConfig, warmup: int,
+               seed: int) -> BaseAlgorithm:
     """Build the peer's DDPG with ``cfg`` on ``env``."""
     n_actions = int(np.prod(env.action_space.shape))  # type: ignore[arg-type]
     noise = OrnsteinUhlenbeckActionNoise(
@@ -283,7 +284,8 @@ def cmd_throughput(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------- learn
 
 
-def evaluate(model: BaseAlgorithm, env: gym.Env[Any, Any], episodes: int, seed_base: int) -> np.ndarray:
+def evaluate(model: BaseAlgorithm, env: gym.Env[Any, Any], episodes: int,
+             seed_base: int) -> np.ndarray:
     """Undiscounted returns of ``episodes`` deterministic (noise-free) episodes."""
     returns = np.empty(episodes, dtype=np.float64)
     for i in range(episodes):

@@ -169,7 +169,7 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
              "ref GFLOP | FLOP efficiency | matmul GFLOP/s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in by:
-        def f(key, fmt):
+        def f(key, fmt, name=name):
             v = med(name, key)
             return "" if np.isnan(v) else format(v, fmt)
 

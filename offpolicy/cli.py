@@ -15,9 +15,8 @@ import sys
 import typing
 from pathlib import Path
 
-from offpolicy import __version__
+from offpolicy import __version__, registry
 from offpolicy import config as C
-from offpolicy import registry
 from offpolicy.errors import OffpolicyError
 
 

@@ -148,6 +148,10 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_BOUNDS = (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
+           ("lt", lambda a, b: a < b, "<"), ("le", lambda a, b: a <= b, "<="))
+
+
 def validate(cfg: Any, prefix: str = "") -> None:
     """Check every field against its metadata constraints; raise a one-line error."""
     for f in fields_of(type(cfg)):
@@ -165,8 +169,7 @@ def validate(cfg: Any, prefix: str = "") -> None:
                 continue
             if isinstance(x, float) and not math.isfinite(x):
                 raise OffpolicyError(f"{flag}: must be finite, got {x}")
-            for key, ok, word in (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
-                                  ("lt", lambda a, b: a < b, "<"), ("le", lambda a, b: a <= b, "<=")):
+            for key, ok, word in _BOUNDS:
                 bound = m.get(key)
                 if bound is not None and not ok(x, bound):
                     raise OffpolicyError(f"{flag}: must be {word} {bound}, got {x}")

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from offpolicy import registry
-from offpolicy.agents.ace import ACE
 from offpolicy.envs.spaces import ActionSpec
 
 OBS, M, GAMMA = 5, 2, 0.9

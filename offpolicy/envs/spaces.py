@@ -35,6 +35,7 @@ class ActionSpec:
     nvec: tuple[int, ...] = ()  # multi_discrete
     components: tuple[ActionSpec, ...] = ()  # hybrid
     keys: tuple[str, ...] | None = None  # hybrid from a Dict space
+    env_shape: tuple[int, ...] | None = None  # multi_discrete: the env's nvec shape
     _scale: np.ndarray | None = field(default=None, repr=False, compare=False)
     _offset: np.ndarray | None = field(default=None, repr=False, compare=False)
 
@@ -73,7 +74,8 @@ class ActionSpec:
             return ActionSpec("discrete", shape=(), n=int(space.n))
         if isinstance(space, gym.spaces.MultiDiscrete):
             nvec = tuple(int(v) for v in np.asarray(space.nvec).ravel())
-            return ActionSpec("multi_discrete", shape=(len(nvec),), nvec=nvec)
+            return ActionSpec("multi_discrete", shape=(len(nvec),), nvec=nvec,
+                              env_shape=tuple(space.nvec.shape))
         if isinstance(space, gym.spaces.Tuple):
             comps = tuple(ActionSpec.from_gym(s) for s in space.spaces)
             return ActionSpec._hybrid(comps, None)
@@ -113,11 +115,12 @@ class ActionSpec:
         """Agent action -> env action (continuous: [-1, 1] -> [low, high], clipped)."""
         if self.kind == "continuous":
             a = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
-            return a * self._scale + self._offset
+            # float32 rounding can land an ulp outside [low, high]: clip to the env's box
+            return np.clip(a * self._scale + self._offset, self.low, self.high)
         if self.kind == "discrete":
             return int(np.asarray(action).reshape(()))
         if self.kind == "multi_discrete":
-            return np.asarray(action, dtype=np.int64).reshape(self.shape)
+            return np.asarray(action, dtype=np.int64).reshape(self.env_shape or self.shape)
         parts = self.split(np.asarray(action, dtype=np.float32))
         env_parts = [c.to_env(p if c.kind != "discrete" else p[0]) for c, p in zip(self.components,
                                                                                  parts)]

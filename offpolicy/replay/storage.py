@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -117,9 +118,10 @@ class ReplayBuffer:
         return idx
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
-        """A uniform batch of transitions: obs, action, reward, next_obs, terminated, truncated,
-        the extra fields, and ``discount`` (0.0 where terminated, else 1.0: truncation
-        bootstraps, termination does not)."""
+        """A uniform batch of transitions: obs, action, reward, next_obs, the extra fields, and
+        ``discount`` (0.0 where terminated, else 1.0: truncation bootstraps, termination does
+        not). The raw flags stay out of the batch: every array passed costs the jitted update a
+        transfer, and ``discount`` is all a one-step update needs (sequences carry both)."""
         idx = self.sample_indices(batch_size)
         return self.gather(idx)
 
@@ -225,8 +227,9 @@ class ReplayBuffer:
                     self.extras[k][:n] = z[f"extra.{k}"]
         except OffpolicyError:
             raise
-        except (OSError, KeyError, ValueError) as e:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise OffpolicyError(f"corrupt replay file {path}: {e}") from e
+        self.valid[n:] = False  # slots beyond the saved ones hold nothing
         self.head, self.size, self.num_valid = meta["head"], meta["size"], meta["num_valid"]
         self._open = meta["open"]
         self.rng.bit_generator.state = meta["rng"]

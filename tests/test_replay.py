@@ -1,0 +1,470 @@
+"""ReplayBuffer: episode boundaries, wrap-around, discounts, memory, extras, sequences, files.
+
+Every check compares the buffer with a plain-Python reference: a list of all transitions ever
+added, in order, each with its episode id and the index of the observation write that stored
+its ``obs`` (the documented layout stores every observation once; an episode of L steps takes
+L + 1 slots, and the buffer holds the last ``capacity`` observation writes).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from offpolicy.errors import OffpolicyError
+from offpolicy.replay.storage import ReplayBuffer
+
+OBS_DIM, ACT_DIM = 4, 2
+EXTRAS = {"actor": ((), np.int32), "mean": ((ACT_DIM,), np.float32),
+          "std": ((ACT_DIM,), np.float32)}
+
+
+@dataclass
+class Ref:
+    """Plain-Python reference of what was written to a buffer."""
+
+    capacity: int
+    transitions: list = field(default_factory=list)
+    writes: int = 0  # observation writes so far
+    episode: int = -1
+
+    def start(self, buf, obs):
+        buf.start_episode(obs)
+        self.writes += 1
+        self.episode += 1
+
+    def add(self, buf, t):
+        t = dict(t, g=self.writes - 1, ep=self.episode, i=len(self.transitions))
+        extras = {k: t[k] for k in EXTRAS if k in t}
+        buf.add(t["action"], t["reward"], t["terminated"], t["truncated"], t["next_obs"], **extras)
+        self.writes += 1
+        self.transitions.append(t)
+
+    def resident(self) -> list[dict]:
+        oldest = self.writes - self.capacity
+        return [t for t in self.transitions if t["g"] >= oldest]
+
+    def by_obs(self) -> dict[bytes, dict]:
+        return {t["obs"].tobytes(): t for t in self.resident()}
+
+
+def _transition(rng, obs, *, terminated=False, truncated=False, extras=False):
+    t = {"obs": obs,
+         "action": rng.uniform(-1, 1, ACT_DIM).astype(np.float32),
+         "reward": np.float32(rng.normal()),
+         "terminated": terminated, "truncated": truncated,
+         "next_obs": rng.normal(size=OBS_DIM).astype(np.float32)}
+    if extras:
+        t["actor"] = np.int32(rng.integers(-1, 5))
+        t["mean"] = rng.normal(size=ACT_DIM).astype(np.float32)
+        t["std"] = rng.uniform(0.1, 2, ACT_DIM).astype(np.float32)
+    return t
+
+
+def drive(buf, ref, rng, n_episodes, max_len=20, extras=False, on_step=None, leave_open=False):
+    """Write ``n_episodes`` episodes of random lengths (ending by termination or truncation at
+    random); the last one stays open when ``leave_open``."""
+    for e in range(n_episodes):
+        length = int(rng.integers(1, max_len + 1))
+        obs = rng.normal(size=OBS_DIM).astype(np.float32)
+        ref.start(buf, obs)
+        end_kind = rng.choice(["terminated", "truncated"])
+        last_open = leave_open and e == n_episodes - 1
+        for s in range(length):
+            final = s == length - 1 and not last_open
+            t = _transition(rng, obs, terminated=final and end_kind == "terminated",
+                            truncated=final and end_kind == "truncated", extras=extras)
+            ref.add(buf, t)
+            obs = t["next_obs"]
+            if on_step is not None:
+                on_step()
+
+
+def assert_transition_equal(batch, j, t, extras=False):
+    np.testing.assert_array_equal(batch["obs"][j], t["obs"])
+    np.testing.assert_array_equal(batch["action"][j], t["action"])
+    assert batch["reward"][j] == t["reward"]
+    np.testing.assert_array_equal(batch["next_obs"][j], t["next_obs"])
+    assert batch["discount"][j] == (0.0 if t["terminated"] else 1.0)
+    if extras:
+        assert batch["actor"][j] == t["actor"]
+        np.testing.assert_array_equal(batch["mean"][j], t["mean"])
+        np.testing.assert_array_equal(batch["std"][j], t["std"])
+
+
+def check_samples(buf, ref, batch_size=64, extras=False):
+    table = ref.by_obs()
+    assert len(buf) == len(table)
+    if not table:
+        return set()
+    batch = buf.sample(batch_size)
+    recent = {t["obs"].tobytes() for t in ref.transitions[-buf.capacity:]}
+    seen = set()
+    for j in range(batch_size):
+        key = batch["obs"][j].tobytes()
+        assert key in table, "sampled a transition that is not resident (stale or crossed)"
+        assert key in recent
+        assert_transition_equal(batch, j, table[key], extras)
+        seen.add(table[key]["i"])
+    return seen
+
+
+# ---------------------------------------------------------------------- (a) boundaries, wrap
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_samples_never_cross_episodes_and_survive_wraparound(seed):
+    rng = np.random.default_rng(seed)
+    cap = 37
+    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, seed=seed)
+    ref = Ref(cap)
+    counter = [0]
+
+    def on_step():
+        counter[0] += 1
+        if counter[0] % 7 == 0:  # also check in the middle of episodes
+            check_samples(buf, ref, batch_size=16)
+
+    drive(buf, ref, rng, n_episodes=150, max_len=20, on_step=on_step)
+    assert ref.writes > 10 * cap  # wrapped many times
+    # long episodes (longer than the buffer) too
+    drive(buf, ref, rng, n_episodes=3, max_len=60, on_step=on_step)
+    drive(buf, ref, rng, n_episodes=4, max_len=15, on_step=on_step, leave_open=True)
+    # uniform sampling reaches every resident transition
+    seen = set()
+    for _ in range(60):
+        seen |= check_samples(buf, ref, batch_size=64)
+    assert seen == {t["i"] for t in ref.resident()}
+
+
+def test_final_observation_slot_is_never_a_transition():
+    buf = ReplayBuffer(8, (1,), 1)
+    buf.start_episode(np.array([0.0]))
+    buf.add([0.1], 1.0, True, False, np.array([1.0]))  # final obs 1.0 (terminal)
+    buf.start_episode(np.array([10.0]))
+    buf.add([0.2], 2.0, False, False, np.array([11.0]))
+    assert len(buf) == 2
+    for _ in range(50):
+        b = buf.sample(4)
+        assert set(b["obs"][:, 0].tolist()) <= {0.0, 10.0}
+        pairs = set(zip(b["obs"][:, 0].tolist(), b["next_obs"][:, 0].tolist(), strict=True))
+        assert pairs <= {(0.0, 1.0), (10.0, 11.0)}
+
+
+def test_len_counts_resident_transitions_after_wrap():
+    buf = ReplayBuffer(5, (1,), 1)
+    buf.start_episode(np.zeros(1))
+    for i in range(12):
+        buf.add([0.0], float(i), False, False, np.full(1, i + 1.0))
+    assert len(buf) == 4  # 5 slots: 4 transitions + the latest observation
+    assert buf.size == 5
+    rewards = set()
+    for _ in range(30):
+        rewards |= set(buf.sample(8)["reward"].tolist())
+    assert rewards == {8.0, 9.0, 10.0, 11.0}
+
+
+# ---------------------------------------------------------------------- (b) discounts
+def test_terminated_discount_zero_truncated_discount_one():
+    buf = ReplayBuffer(20, (1,), 1)
+    cases = {1.0: (True, False), 2.0: (False, True), 3.0: (False, False), 4.0: (True, True)}
+    for r, (term, trunc) in cases.items():
+        buf.start_episode(np.full(1, r))
+        buf.add([0.0], r, term, trunc, np.full(1, -r))
+        if not (term or trunc):
+            buf.add([0.0], 10 + r, True, False, np.full(1, -10 - r))
+    expected = {1.0: 0.0, 2.0: 1.0, 3.0: 1.0, 4.0: 0.0, 13.0: 0.0}
+    got = {}
+    for _ in range(40):
+        b = buf.sample(16)
+        assert b["discount"].dtype == np.float32
+        for r, d in zip(b["reward"].tolist(), b["discount"].tolist(), strict=True):
+            got.setdefault(r, set()).add(d)
+    assert got == {r: {d} for r, d in expected.items()}
+    # the stored flags are the ones given
+    idx = np.flatnonzero(buf.valid)
+    stored = {float(buf.reward[i]): (bool(buf.terminated[i]), bool(buf.truncated[i]))
+              for i in idx}
+    for r, (term, trunc) in cases.items():
+        assert stored[r] == (term, trunc)
+
+
+def test_sample_returns_documented_fields():
+    buf = ReplayBuffer(8, (1,), 1)
+    buf.start_episode(np.zeros(1))
+    buf.add([0.0], 1.0, True, False, np.ones(1))
+    b = buf.sample(2)
+    assert set(b) == {"obs", "action", "reward", "next_obs", "discount"}
+    assert np.all(b["discount"] == 0.0)
+
+
+# ---------------------------------------------------------------------- (c) memory
+@pytest.mark.parametrize("obs_dim, act_dim, ep_len", [(17, 6, 1000), (3, 1, 200)],
+                         ids=["mujoco-like", "pendulum-like"])
+def test_memory_per_transition_within_1p1x_raw(obs_dim, act_dim, ep_len):
+    cap = 20_000
+    buf = ReplayBuffer(cap, (obs_dim,), act_dim)
+    raw = obs_dim * 4 + act_dim * 4 + 4 + 1 + 1  # obs, action, reward, terminated, truncated
+    obs = np.zeros(obs_dim, np.float32)
+    act = np.zeros(act_dim, np.float32)
+    written = 0
+    while written < 2 * cap:  # well past full
+        buf.start_episode(obs)
+        written += 1
+        for s in range(ep_len):
+            buf.add(act, 0.0, False, s == ep_len - 1, obs)
+            written += 1
+    assert buf.size == cap
+    per_transition = buf.nbytes / len(buf)
+    assert len(buf) >= cap * ep_len / (ep_len + 1) - 2
+    assert per_transition <= 1.1 * raw, (per_transition, raw)
+
+
+# ---------------------------------------------------------------------- (d) extras
+def test_extras_stored_and_sampled_with_their_transition():
+    rng = np.random.default_rng(5)
+    cap = 41
+    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=5)
+    ref = Ref(cap)
+    drive(buf, ref, rng, n_episodes=40, max_len=12, extras=True, leave_open=True)
+    seen = set()
+    for _ in range(30):
+        b = buf.sample(32)
+        assert b["actor"].dtype == np.int32 and b["actor"].shape == (32,)
+        assert b["mean"].dtype == np.float32 and b["mean"].shape == (32, ACT_DIM)
+        assert b["std"].shape == (32, ACT_DIM)
+        seen |= check_samples(buf, ref, batch_size=32, extras=True)
+    assert seen == {t["i"] for t in ref.resident()}
+
+
+@pytest.mark.parametrize("name", ["obs", "action", "valid", "next_obs", "discount", "mask"])
+def test_reserved_extra_names_rejected(name):
+    with pytest.raises(OffpolicyError, match="reserved"):
+        ReplayBuffer(10, (2,), 1, extras={name: ((), np.float32)})
+
+
+def test_misuse_errors():
+    with pytest.raises(OffpolicyError, match="capacity"):
+        ReplayBuffer(1, (2,), 1)
+    buf = ReplayBuffer(10, (2,), 1)
+    with pytest.raises(OffpolicyError, match="start_episode"):
+        buf.add([0.0], 0.0, False, False, np.zeros(2))
+    with pytest.raises(OffpolicyError, match="empty"):
+        buf.sample(4)
+    buf.start_episode(np.zeros(2))
+    buf.add([0.0], 0.0, True, False, np.zeros(2))
+    with pytest.raises(OffpolicyError, match="start_episode"):  # the episode has ended
+        buf.add([0.0], 0.0, False, False, np.zeros(2))
+    with pytest.raises(OffpolicyError, match="length"):
+        buf.sample_sequences(4, 0)
+
+
+# ---------------------------------------------------------------------- (e) sequences
+def check_sequences(buf, ref, batch_size, length, extras):
+    table = ref.by_obs()
+    out = buf.sample_sequences(batch_size, length)
+    T, B = length, batch_size
+    assert out["obs"].shape == (T + 1, B, OBS_DIM)
+    assert out["action"].shape == (T, B, ACT_DIM)
+    for k in ("reward", "terminated", "truncated", "discount", "mask"):
+        assert out[k].shape == (T, B), k
+    assert out["mask"].dtype == np.float32 and out["discount"].dtype == np.float32
+    if extras:
+        assert out["actor"].shape == (T, B)
+        assert out["mean"].shape == (T, B, ACT_DIM) and out["std"].shape == (T, B, ACT_DIM)
+    trs = ref.transitions
+    for b in range(B):
+        start = table[out["obs"][0, b].tobytes()]  # must be a resident transition
+        i = start["i"]
+        # reference mask: 1 while the window stays inside its starting episode
+        mask = [1.0]
+        for t in range(1, T):
+            inside = mask[-1] == 1.0
+            if inside:
+                prev = trs[i + t - 1]
+                inside = (not (prev["terminated"] or prev["truncated"])
+                          and i + t < len(trs) and trs[i + t]["ep"] == start["ep"])
+            mask.append(1.0 if inside else 0.0)
+        np.testing.assert_array_equal(out["mask"][:, b], mask)
+        last = int(sum(mask)) - 1
+        for t in range(T):
+            s = min(t, last)  # padded steps repeat the last in-episode step
+            tr = trs[i + s]
+            np.testing.assert_array_equal(out["action"][t, b], tr["action"])
+            assert out["reward"][t, b] == tr["reward"]
+            assert bool(out["terminated"][t, b]) == tr["terminated"]
+            assert bool(out["truncated"][t, b]) == tr["truncated"]
+            assert out["discount"][t, b] == (0.0 if tr["terminated"] else 1.0)
+            np.testing.assert_array_equal(out["obs"][t + 1, b], tr["next_obs"])
+            if t <= last:
+                np.testing.assert_array_equal(out["obs"][t, b], tr["obs"])
+            if extras:
+                assert out["actor"][t, b] == tr["actor"]
+                np.testing.assert_array_equal(out["mean"][t, b], tr["mean"])
+                np.testing.assert_array_equal(out["std"][t, b], tr["std"])
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sample_sequences_against_reference(seed):
+    rng = np.random.default_rng(seed)
+    cap = 37
+    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=seed)
+    ref = Ref(cap)
+    masks = []
+    counter = [0]
+
+    def on_step():
+        counter[0] += 1
+        if counter[0] % 11 == 0:
+            masks.append(check_sequences(buf, ref, 8, 6, extras=True)["mask"])
+
+    drive(buf, ref, rng, n_episodes=120, max_len=12, extras=True, on_step=on_step)
+    drive(buf, ref, rng, n_episodes=3, max_len=8, extras=True, on_step=on_step, leave_open=True)
+    for _ in range(20):
+        masks.append(check_sequences(buf, ref, 32, 8, extras=True)["mask"])
+    for m in masks:
+        assert np.all(m[0] == 1.0)
+        assert np.all(np.diff(m, axis=0) <= 0)  # once out of the episode, never back in
+    # both kinds of window occurred: cut short by an episode end, and fully inside one
+    assert any((m == 0).any() for m in masks) and any((m[-1] == 1).any() for m in masks)
+
+
+def test_sample_sequences_stop_at_open_episode_head():
+    buf = ReplayBuffer(16, (1,), 1, seed=0)
+    buf.start_episode(np.zeros(1))
+    for i in range(3):
+        buf.add([float(i)], float(i), False, False, np.full(1, i + 1.0))
+    out = buf.sample_sequences(20, 5)
+    for b in range(20):
+        r0 = int(out["reward"][0, b])
+        np.testing.assert_array_equal(out["mask"][:, b], [1.0] * (3 - r0) + [0.0] * (2 + r0))
+        np.testing.assert_array_equal(out["obs"][0, b], [r0])
+
+
+def test_sample_sequences_length_one_matches_sample():
+    rng = np.random.default_rng(9)
+    buf = ReplayBuffer(30, (OBS_DIM,), ACT_DIM, seed=3)
+    ref = Ref(30)
+    drive(buf, ref, rng, n_episodes=20, max_len=6)
+    out = check_sequences(buf, ref, 16, 1, extras=False)
+    assert np.all(out["mask"] == 1.0)
+
+
+# ---------------------------------------------------------------------- (f) files
+def _filled(seed=0, cap=29, episodes=25, leave_open=True):
+    rng = np.random.default_rng(seed)
+    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=seed)
+    ref = Ref(cap)
+    drive(buf, ref, rng, n_episodes=episodes, max_len=9, extras=True, leave_open=leave_open)
+    for _ in range(3):
+        buf.sample(5)  # advance the sampling RNG
+    return buf, ref
+
+
+def _assert_same_buffer(a, b):
+    for k in ("obs", "action", "reward", "terminated", "truncated", "valid"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
+    for k in a.extras:
+        np.testing.assert_array_equal(a.extras[k], b.extras[k], err_msg=k)
+    assert (a.head, a.size, a.num_valid, a._open) == (b.head, b.size, b.num_valid, b._open)
+    assert a.rng.bit_generator.state == b.rng.bit_generator.state
+
+
+@pytest.mark.parametrize("episodes, leave_open", [(2, True), (25, True), (25, False)],
+                         ids=["partial-open", "wrapped-open", "wrapped-closed"])
+def test_save_load_round_trip_is_exact(tmp_path, episodes, leave_open):
+    buf, _ = _filled(episodes=episodes, leave_open=leave_open)
+    path = tmp_path / "replay.npz"
+    buf.save(path)
+    new = ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=123)
+    new.load(path)
+    _assert_same_buffer(buf, new)
+    # the next samples after load equal the original's next samples (RNG state restored)
+    for _ in range(3):
+        x, y = buf.sample(16), new.sample(16)
+        assert set(x) == set(y)
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+    s1, s2 = buf.sample_sequences(8, 4), new.sample_sequences(8, 4)
+    for k in s1:
+        np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
+    # writing continues identically
+    rng1, rng2 = np.random.default_rng(7), np.random.default_rng(7)
+    for b, rng in ((buf, rng1), (new, rng2)):
+        if not b._open:
+            b.start_episode(np.ones(OBS_DIM, np.float32))
+        for _ in range(10):
+            t = _transition(rng, None, extras=True)
+            b.add(t["action"], t["reward"], False, False, t["next_obs"],
+                  actor=t["actor"], mean=t["mean"], std=t["std"])
+    _assert_same_buffer(buf, new)
+
+
+def test_saved_file_needs_no_pickle(tmp_path):
+    buf, _ = _filled()
+    path = tmp_path / "replay.npz"
+    buf.save(path)
+    with np.load(path, allow_pickle=False) as z:
+        names = set(z.files)
+        for name in z.files:
+            arr = z[name]
+            assert arr.dtype != object, name
+    assert {"obs", "action", "reward", "terminated", "truncated", "valid", "meta"} <= names
+    assert {"extra.actor", "extra.mean", "extra.std"} <= names
+    assert not list(tmp_path.glob("*.tmp"))  # the atomic write left no temp file
+
+
+def test_load_rejects_other_configuration(tmp_path):
+    buf, _ = _filled()
+    path = tmp_path / "replay.npz"
+    buf.save(path)
+    for other in (ReplayBuffer(buf.capacity + 1, (OBS_DIM,), ACT_DIM, extras=EXTRAS),
+                  ReplayBuffer(buf.capacity, (OBS_DIM + 1,), ACT_DIM, extras=EXTRAS),
+                  ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM + 1, extras=EXTRAS),
+                  ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM)):
+        with pytest.raises(OffpolicyError, match="does not match"):
+            other.load(path)
+
+
+def test_load_missing_file_raises(tmp_path):
+    with pytest.raises(OffpolicyError):
+        ReplayBuffer(10, (2,), 1).load(tmp_path / "nope.npz")
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _flip_obs_data(path):
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("obs.npy")
+    start = info.header_offset + 30 + int.from_bytes(
+        data[info.header_offset + 26:info.header_offset + 28], "little") + int.from_bytes(
+        data[info.header_offset + 28:info.header_offset + 30], "little")
+    pos = start + info.file_size - 8  # inside the array data
+    data[pos] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _empty(path):
+    path.write_bytes(b"")
+
+
+
+
+@pytest.mark.parametrize("corrupt", [
+    pytest.param(_truncate, id="truncated"),
+    pytest.param(_flip_obs_data, id="flipped-bytes"),
+    pytest.param(_empty, id="empty"),
+])
+def test_corrupt_file_raises_offpolicy_error(tmp_path, corrupt):
+    buf, _ = _filled()
+    path = tmp_path / "replay.npz"
+    buf.save(path)
+    corrupt(path)
+    with pytest.raises(OffpolicyError, match="corrupt"):
+        ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM, extras=EXTRAS).load(path)

@@ -1,0 +1,81 @@
+"""Small Gymnasium environments for the tests, registered when this module is imported.
+
+The CLI reaches them through the ``toy_envs:Name-v0`` form of an env id (``make_env`` imports
+the module before the colon), so a subprocess needs the tests directory on ``PYTHONPATH``.
+
+Every env has a Box(3) observation ``[t / k, phase, sin(t + phase)]`` that never depends on the
+action (so NaN actions from a diverged policy cannot turn into NaN observations) and, except
+``DiscreteToy``, a Box action in [-2, 2]^1. ``obs[0] == 1.0`` marks the final observation of an
+episode of ``k`` steps, which lets tests recognise last transitions in sampled batches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+EPISODE_STEPS = 10  # k of ToyTerminate / ToyTruncate
+NAN_AT = 5  # step (1-based, within the first episode) that returns NaN in NaNObs / NaNReward
+HUGE_AFTER = 250  # global env step after which HugeReward pays 1e38
+HUGE_REWARD = 1e38
+
+
+class ToyEnv(gym.Env):
+    """Terminates after ``k`` steps when ``terminate`` is set; otherwise runs forever (the
+    registration adds a TimeLimit)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, k: int = EPISODE_STEPS, terminate: bool = True, discrete: bool = False,
+                 nan_obs_at: int | None = None, nan_reward_at: int | None = None,
+                 huge_reward_after: int | None = None):
+        self.k = k
+        self.terminate = terminate
+        self.nan_obs_at = nan_obs_at
+        self.nan_reward_at = nan_reward_at
+        self.huge_reward_after = huge_reward_after
+        self.observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.action_space = (spaces.Discrete(3) if discrete
+                             else spaces.Box(-2.0, 2.0, (1,), np.float32))
+        self.t = 0
+        self.total = 0  # env steps over all episodes of this instance
+        self.phase = 0.0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t / self.k, self.phase, math.sin(self.t + self.phase)], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.phase = float(self.np_random.uniform(-1.0, 1.0))
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        self.total += 1
+        obs = self._obs()
+        reward = -0.1 * self.phase ** 2 + 0.01 * self.t
+        if self.nan_obs_at is not None and self.total == self.nan_obs_at:
+            obs[1] = np.nan
+        if self.nan_reward_at is not None and self.total == self.nan_reward_at:
+            reward = float("nan")
+        if self.huge_reward_after is not None and self.total > self.huge_reward_after:
+            reward = HUGE_REWARD
+        terminated = self.terminate and self.t >= self.k
+        return obs, float(reward), bool(terminated), False, {}
+
+
+def _register(name: str, max_episode_steps: int | None = None, **kwargs) -> None:
+    if name not in gym.registry:
+        gym.register(name, entry_point=ToyEnv, kwargs=kwargs, max_episode_steps=max_episode_steps)
+
+
+_register("ToyTerminate-v0", k=EPISODE_STEPS, terminate=True)
+_register("ToyTruncate-v0", max_episode_steps=EPISODE_STEPS, k=EPISODE_STEPS, terminate=False)
+_register("NaNObs-v0", k=50, nan_obs_at=NAN_AT)
+_register("NaNReward-v0", k=50, nan_reward_at=NAN_AT)
+_register("HugeReward-v0", k=50, huge_reward_after=HUGE_AFTER)
+_register("DiscreteToy-v0", k=EPISODE_STEPS, discrete=True)

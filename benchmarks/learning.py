@@ -33,6 +33,8 @@ SUITES = {
     "ddpg-peers": ["ddpg", "sbx-ddpg", "sb3-ddpg"],
     "ace-family": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "wide-ddpg", "shared-ddpg",
                    "ddpg"],
+    # the issues' 20k-step Pendulum acceptance runs (use --env Pendulum-v1 --steps 20000)
+    "pendulum": ["ddpg", "ace", "ace-alt", "tm-ace", "ensemble-ddpg"],
 }
 
 

@@ -197,9 +197,21 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                 lines.append(f"- {peer}, paired per round: "
                              + ", ".join(f"{x:.2f}" for x in pairs)
                              + f" (median {np.median(pairs):.2f}x)")
-    versions = {r["entry"]: r.get("versions", "") for r in rows if r.get("versions")}
-    if versions:
-        lines += ["", "Peer versions: " + json.dumps(next(iter(versions.values())))]
+    for r in rows:  # the peers report their library versions; ours is in the jax column
+        v = json.loads(r["versions"]) if r.get("versions") else ""
+        while isinstance(v, str) and v:
+            v = json.loads(v)
+        if isinstance(v, dict) and v:
+            lines += ["", "Peer versions: " + ", ".join(f"{k} {x}" for k, x in v.items())]
+            break
+    lines += ["", "Bounds (issues 10 and 11): ours-ddpg >= 1.3x SBX and >= 2.0x SB3 (medians); "
+              "ACE loop ratio >= 0.9 and FLOP efficiency >= 0.6 at <= 1.1x the reference "
+              "GFLOP. Equivalent efficiency in reference FLOPs (ref GFLOP x update-only rate / "
+              "matmul peak), i.e. how fast a plain implementation would have to run to match:"]
+    for name, ref in REFERENCE_GFLOP.items():
+        if name in by and name != "ours-ddpg":
+            eq = ref * med(name, "update_per_s") / med(name, "matmul_gflops")
+            lines.append(f"- {name}: {eq:.2f}")
     text = "\n".join(lines) + "\n"
     (out_dir / f"throughput_{suite}.md").write_text(text)
     plot(by, med, out_dir / f"throughput_{suite}.png")

@@ -239,3 +239,24 @@ def test_update_compiles_once_and_runs(tmp_path, algo):
     assert chosen.min() >= 0 and chosen.max() < 3
     header = (tmp_path / "run" / "train.csv").read_text().splitlines()[0]
     assert "critic_loss" in header and "actor_loss" in header
+
+
+def test_cli_eval_per_actor_prints_one_row_per_actor(tmp_path):
+    from _helpers import run_cli
+
+    flags = ["--ace.num-actors", "3", "--ace.encoder-size", "16", "--ace.hidden", "16",
+             "--batch-size", "16", "--eval-episodes", "1", "--quiet"]
+    proc = run_cli("train", "ace", "--env", "Pendulum-v1", "--steps", "200", "--eval-every",
+                   "200", "--run-dir", "R", *flags, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("eval", "R", "--episodes", "2", "--per-actor", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    assert [r.split("|")[1].strip() for r in rows] == ["0", "1", "2"]
+    # DDPG has no ensemble: a one-line error with exit code 2
+    proc = run_cli("train", "ddpg", "--env", "Pendulum-v1", "--steps", "100", "--eval-every",
+                   "100", "--eval-episodes", "1", "--ddpg.hidden", "8", "--quiet",
+                   "--run-dir", "D", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("eval", "D", "--per-actor", "--episodes", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and "ensemble" in proc.stderr

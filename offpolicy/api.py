@@ -67,7 +67,7 @@ def load(path: str | Path, which: str = "latest") -> Agent:
     run = registry.RunConfig.from_dict(meta["config"], where=str(ckpt / "meta.json"))
     run.train.quiet = True
     trainer = Trainer(run, None)
-    trainer.load_state(ckpt)
+    trainer.restore(ckpt)
     return Agent(trainer)
 
 
@@ -86,10 +86,14 @@ class Agent:
         return self.trainer.step
 
     def learn(self, steps: int) -> dict[str, Any]:
-        """Train for ``steps`` more env steps (evaluating on the configured schedule)."""
+        """Train for ``steps`` more env steps, evaluating on the configured schedule
+        (``eval_every``). Successive calls continue the same episode, replay and noise. After
+        ``offpolicy.load`` of a run directory's latest checkpoint the replay is restored too;
+        ``Agent.save`` stores no replay, so learning after loading it starts with an empty
+        one."""
         if steps < 1:
             raise OffpolicyError(f"steps must be >= 1, got {steps}")
-        return self.trainer.train(until=self.trainer.step + steps)
+        return self.trainer.train(until=self.trainer.step + steps, final_eval=False)
 
     def act(self, obs: np.ndarray) -> Any:
         """The deterministic (evaluation) action for one env observation, in env units."""

@@ -78,10 +78,12 @@ def _train_parser(algo: str) -> _Parser:
 def _load_yaml(path: Path) -> dict:
     import yaml
 
-    if not path.exists():
-        raise OffpolicyError(f"config file {path} does not exist")
+    if not path.is_file():
+        raise OffpolicyError(f"config file {path} does not exist or is not a file")
     try:
         d = yaml.safe_load(path.read_text()) or {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise OffpolicyError(f"cannot read config file {path}: {e}") from e
     except yaml.YAMLError as e:
         raise OffpolicyError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") \
             from e
@@ -119,16 +121,21 @@ def cmd_train(argv: list[str]) -> int:
         saved = registry.RunConfig.from_dict(_load_yaml(saved_path), where=str(saved_path))
         if saved.algo != algo:
             raise OffpolicyError(f"cannot resume: {run_dir} is a {saved.algo} run, not {algo}")
+        # everything the user set now, by flag, --config or --preset, must match the run
+        fd = file_dict or {}
+        explicit_train = set(train_over) | set(fd.get("train") or {})
+        explicit_agent = (set(agent_over) | set(fd.get(section) or {})
+                          | set(registry.get(algo).presets.get(preset, {}) if preset else ()))
         changed = [k for k, v in C.to_dict(run.train).items()
-                   if k in train_over and v != getattr(saved.train, k)
+                   if k in explicit_train and v != C.to_dict(saved.train)[k]
                    and k not in _RESUME_CHANGEABLE]
         changed += [f"{section}.{k}" for k, v in C.to_dict(run.agent).items()
-                    if k in agent_over and v != C.to_dict(saved.agent)[k]]
+                    if k in explicit_agent and v != C.to_dict(saved.agent)[k]]
         if changed:
             raise OffpolicyError(f"cannot change {', '.join(changed)} when resuming {run_dir} "
                                  f"(changeable: {', '.join(sorted(_RESUME_CHANGEABLE))})")
-        for k in _RESUME_CHANGEABLE & set(train_over):
-            setattr(saved.train, k, train_over[k])
+        for k in _RESUME_CHANGEABLE & explicit_train:
+            setattr(saved.train, k, getattr(run.train, k))
         run = saved
     from offpolicy.training.loop import Trainer
 

@@ -179,6 +179,9 @@ def validate(cfg: Any, prefix: str = "") -> None:
 
 def apply_overrides(cfg: Any, overrides: dict[str, Any], where: str) -> Any:
     names = {f.name for f in fields_of(type(cfg))}
+    if not isinstance(overrides, dict) or not all(isinstance(k, str) for k in overrides):
+        raise OffpolicyError(f"{where}: expected a mapping of option names to values, "
+                             f"got {overrides!r}")
     for k, v in overrides.items():
         key = k.replace("-", "_")
         if key not in names:

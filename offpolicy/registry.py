@@ -97,7 +97,7 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     train = C.TrainConfig()
     agent = C.apply_overrides(spec.config_cls(), copy.deepcopy(spec.overrides), spec.section)
     if preset is not None:
-        if preset not in spec.presets:
+        if not isinstance(preset, str) or preset not in spec.presets:
             raise OffpolicyError(
                 f"unknown preset '{preset}' for {algo} (valid: {', '.join(spec.presets)})")
         C.apply_overrides(agent, spec.presets[preset], spec.section)
@@ -116,6 +116,9 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     C.apply_overrides(agent, agent_overrides or {}, spec.section)
     C.validate(train)
     C.validate(agent, spec.section)
+    if train.batch_size > train.buffer_size:
+        raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
+                             f"({train.buffer_size})")
     return RunConfig(algo, train, agent, preset)
 
 

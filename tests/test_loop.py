@@ -244,7 +244,12 @@ def test_api_make_learn_save_load_act(tmp_path):
     summary = agent.learn(600)
     assert summary["status"] == "completed" and summary["step"] == 600 == agent.step
     assert np.isfinite(summary["final_return"])
-    assert [r["step"] for r in agent.trainer.eval_history] == [500, 600]
+    # learn() evaluates on the eval_every schedule only; a second call continues the episode
+    assert [r["step"] for r in agent.trainer.eval_history] == [500]
+    resets = agent.trainer.resets
+    agent.learn(100)
+    assert agent.trainer.resets == resets and agent.step == 700
+    assert agent.trainer.replay.num_valid == 700
 
     env = gym.make("Pendulum-v1")
     observations = [env.reset(seed=s)[0] for s in range(5)]
@@ -258,7 +263,7 @@ def test_api_make_learn_save_load_act(tmp_path):
     out = agent.save(tmp_path / "saved")
     assert out.is_dir()
     loaded = offpolicy.load(tmp_path / "saved")
-    assert loaded.step == 600
+    assert loaded.step == 700
     assert loaded.config.to_dict() == agent.config.to_dict()
     after = [loaded.act(o) for o in observations]
     for a, b in zip(before, after, strict=True):

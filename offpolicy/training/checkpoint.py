@@ -75,8 +75,14 @@ def save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict,
          replay=None) -> Path:
     """Write checkpoint ``kind`` ('latest' or 'best') for ``step``; return its directory."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
+    for stale in ckpt_root.glob(".tmp-*"):  # left by a save that was killed half-way
+        shutil.rmtree(stale, ignore_errors=True)
     prefix = "step" if kind == "latest" else "best"
     name = f"{prefix}-{step:09d}"
+    n = 1
+    while (ckpt_root / name).exists():  # never replace the directory the pointer may name
+        name = f"{prefix}-{step:09d}.{n}"
+        n += 1
     tmp = Path(tempfile.mkdtemp(dir=ckpt_root, prefix=f".tmp-{name}-"))
     try:
         blob = flax.serialization.to_bytes(state)
@@ -88,8 +94,6 @@ def save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict,
         _write_file(tmp / "meta.json", json.dumps(_jsonable(meta), indent=1).encode())
         _fsync_dir(tmp)
         final = ckpt_root / name
-        if final.exists():
-            shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(ckpt_root)
     except BaseException:
@@ -115,6 +119,13 @@ def locate(run_dir: Path, kind: str = "latest") -> Path:
     if not (target / "state.msgpack").exists() or not (target / "meta.json").exists():
         raise OffpolicyError(f"corrupt checkpoint: {target} is missing or incomplete")
     return target
+
+
+def load_meta(ckpt_dir: Path) -> dict:
+    try:
+        return json.loads((ckpt_dir / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: {e}") from e
 
 
 def load(ckpt_dir: Path, template: Any) -> tuple[Any, dict]:

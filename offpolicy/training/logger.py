@@ -77,8 +77,9 @@ class RunLogger:
             self._train = CsvLog(run_dir / "train.csv", self.train_columns)
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=start_step or None,
-                                     flush_secs=30)
+            # events after the checkpoint are logged again; those at its step are kept
+            self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=start_step + 1
+                                     if start_step else None, flush_secs=30)
         self._progress = None
         if not self.quiet:
             from rich.progress import (

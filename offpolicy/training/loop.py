@@ -72,22 +72,34 @@ class Trainer:
         self._traces = {"train_step": 0, "train_act_step": 0}
         self._metric_names: list[str] | None = None
         self._ckpt_written = False
+        self._owns_dir = False  # this run created the directory (or found it empty)
         self._created_dir = False
+        self._obs: np.ndarray | None = None  # the episode in progress between train() calls
+        self._ep_return = 0.0
+        self._last_ckpt_step = -1
         self._train_step = self._build_train_step()
         if resume:
             if self.run_dir is None:
                 raise OffpolicyError("--resume needs a run directory")
-            self._restore()
+            self.restore(checkpoint.locate(self.run_dir, "latest"))
+            self._write_config()  # --steps etc. may have changed
         elif self.run_dir is not None:
-            if self.run_dir.exists() and any(self.run_dir.iterdir()):
-                raise OffpolicyError(
-                    f"run directory {self.run_dir} already exists and is not empty; "
-                    "pass --resume to continue it or choose another --run-dir")
-            self._created_dir = not self.run_dir.exists()
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(run.to_dict(),
-                                                                     sort_keys=False))
+            try:
+                self._created_dir = not self.run_dir.exists()
+                if not self._created_dir and any(self.run_dir.iterdir()):
+                    raise OffpolicyError(
+                        f"run directory {self.run_dir} already exists and is not empty; "
+                        "pass --resume to continue it or choose another --run-dir")
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise OffpolicyError(f"cannot use run directory {self.run_dir}: {e}") from e
+            self._owns_dir = True
+            self._write_config()
         self._evaluator: Evaluator | None = None
+
+    def _write_config(self) -> None:
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.run.to_dict(),
+                                                                 sort_keys=False))
 
     # ------------------------------------------------------------------ jitted step
     def _build_train_step(self):
@@ -155,25 +167,25 @@ class Trainer:
         replay = self.replay if (kind == "latest" and self.train_cfg.save_replay) else None
         path = checkpoint.save(self.run_dir / "checkpoints", kind, self.step, self.state,
                                self._meta(), replay)
+        self._ckpt_written = True
         if kind == "latest":
-            self._ckpt_written = True
+            self._last_ckpt_step = self.step
         return path
 
-    def load_state(self, ckpt: Path) -> dict:
-        """Load parameters (and counters) from a checkpoint directory; returns its meta."""
-        self.state, meta = checkpoint.load(ckpt, self.state)
-        self.step = int(meta["step"])
-        self.obs_norm.rms.load_state_dict(meta["obs_norm"])
-        return meta
-
-    def _restore(self) -> None:
-        ckpt = checkpoint.locate(self.run_dir, "latest")
+    def restore(self, ckpt: Path) -> None:
+        """Restore everything a checkpoint holds: parameters, optimiser states, targets,
+        counters, RNG states, noise, normaliser statistics and (if saved) the replay."""
         state, meta = checkpoint.load(ckpt, self.state)
         if meta.get("algo") != self.run.algo:
             raise OffpolicyError(f"checkpoint {ckpt} is for {meta.get('algo')}, "
                                  f"not {self.run.algo}")
         if meta.get("has_replay"):
             self.replay.load(ckpt / "replay.npz")
+        elif self.run_dir is not None:
+            import sys
+
+            print(f"offpolicy: warning: checkpoint {ckpt} has no replay (save_replay was off); "
+                  "training continues with an empty replay buffer", file=sys.stderr)
         self.replay.close_episode()
         self.state = state
         self.step = int(meta["step"])
@@ -188,6 +200,13 @@ class Trainer:
         self.reward_scale.rms.load_state_dict(meta["reward_scale"])
         self.reward_scale.ret = float(meta["reward_ret"])
         self._ckpt_written = True
+        self._last_ckpt_step = self.step
+        if self.run_dir is not None:  # a best save may have followed the latest one
+            try:
+                best_meta = checkpoint.load_meta(checkpoint.locate(self.run_dir, "best"))
+                self.best_return = max(self.best_return, float(best_meta["best_return"]))
+            except (OffpolicyError, KeyError, ValueError):
+                pass
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, episodes: int | None = None, policy=None) -> np.ndarray:
@@ -227,7 +246,8 @@ class Trainer:
             raise
         finally:
             self._restore_signals(old_handlers)
-        if self.run_dir is not None and (status == "interrupted" or self.step >= total):
+        if (self.run_dir is not None and (status == "interrupted" or self.step >= total)
+                and self._last_ckpt_step != self.step):
             self.save_checkpoint("latest")
         logger.close()
         if self.run_dir is not None and status == "completed":
@@ -279,13 +299,20 @@ class Trainer:
         per_step = tc.updates_per_step
         learn_from = max(tc.warmup_steps, 0)
         state = self.state
+        if self.step > 0 and self.step % tc.eval_every == 0 and \
+                self._last_eval_step() < self.step:
+            self._do_eval(logger)  # due when the run stopped, not yet done
 
-        obs, _ = env.reset(seed=tc.seed + 1_000_003 * self.resets)
-        self.resets += 1
-        replay.start_episode(obs)
-        actor.reset()
+        if self._obs is None:  # a new run or a restored one: start a fresh episode
+            obs, _ = env.reset(seed=tc.seed + 1_000_003 * self.resets)
+            self.resets += 1
+            replay.start_episode(obs)
+            actor.reset()
+            self._ep_return = 0.0
+        else:  # the Python API's next learn(): continue the episode in progress
+            obs = self._obs
         obs_n = obs_norm(obs)
-        ep_return, ep_returns = 0.0, []
+        ep_return, ep_returns = self._ep_return, []
         step = self.step
         clock = Stopwatch(self.elapsed)
         interval_t0, interval_s0 = clock(), step
@@ -296,76 +323,83 @@ class Trainer:
         next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
         last_progress_t = time.perf_counter()
         greedy = None  # (action, info) for obs from the fused update, when one ran
-        while step < total:
-            if step < tc.warmup_steps:
-                action, info = spec.sample(self.rng), default_info
-            elif greedy is not None:
-                action, info = actor.explore(greedy[0]), greedy[1]
-            else:
-                action, info = actor.act(actor.host_params(agent.acting_params(state)), obs_n,
-                                         explore=True)
-            next_obs, reward, terminated, truncated, _ = env.step(spec.to_env(action))
-            if not (math.isfinite(reward) and np.isfinite(next_obs).all()):
-                raise NonFiniteError(
-                    f"non-finite {'reward' if not math.isfinite(reward) else 'observation'} "
-                    f"from {tc.env} at step {step}; check the environment or its wrappers")
-            replay.add(action, reward, terminated, truncated, next_obs, **info)
-            ep_return += reward
-            if normalizing:
-                obs_norm.update(next_obs)
-                reward_scale.update(reward, terminated or truncated)
-            step += 1
-            if terminated or truncated:
-                self.episodes += 1
-                ep_returns.append(ep_return)
-                ep_return = 0.0
-                next_obs, _ = env.reset()
-                replay.start_episode(next_obs)
-                actor.reset()
-            obs = next_obs
-            obs_n = obs_norm(obs) if normalizing else obs
-            greedy = None
-            if step > learn_from and len(replay) >= batch_size:
-                self._update_credit += per_step
-                while self._update_credit >= 1.0:
-                    self._update_credit -= 1.0
-                    batch = replay.sample(batch_size)
-                    if normalizing:
-                        batch["obs"] = obs_norm(batch["obs"])
-                        batch["next_obs"] = obs_norm(batch["next_obs"])
-                        batch["reward"] = reward_scale(batch["reward"])
-                    if self._update_credit >= 1.0:
-                        state, acc = train_step(state, acc, batch)
-                    else:  # the last update of this step also computes the next action
-                        state, acc, a, i = train_act_step(state, acc, batch, obs_n)
-                        greedy = (np.asarray(a), {k: np.asarray(v) for k, v in i.items()})
-            if step < next_event and self._stop_signal is None:
-                continue
-            # ---- periodic work (never more than once per 100 steps) ----
+        try:
+            while step < total:
+                if step < tc.warmup_steps:
+                    action, info = spec.sample(self.rng), default_info
+                elif greedy is not None:
+                    action, info = actor.explore(greedy[0]), greedy[1]
+                else:
+                    action, info = actor.act(actor.host_params(agent.acting_params(state)), obs_n,
+                                             explore=True)
+                if not np.isfinite(action).all():
+                    raise NonFiniteError(
+                        f"the policy produced a non-finite action at step {step}: its parameters "
+                        "diverged (lower the learning rates or normalise observations)")
+                next_obs, reward, terminated, truncated, _ = env.step(spec.to_env(action))
+                if not (math.isfinite(reward) and np.isfinite(next_obs).all()):
+                    raise NonFiniteError(
+                        f"non-finite {'reward' if not math.isfinite(reward) else 'observation'} "
+                        f"from {tc.env} at step {step}; check the environment or its wrappers")
+                replay.add(action, reward, terminated, truncated, next_obs, **info)
+                ep_return += reward
+                if normalizing:
+                    obs_norm.update(next_obs)
+                    reward_scale.update(reward, terminated or truncated)
+                step += 1
+                if terminated or truncated:
+                    self.episodes += 1
+                    ep_returns.append(ep_return)
+                    ep_return = 0.0
+                    next_obs, _ = env.reset()
+                    replay.start_episode(next_obs)
+                    actor.reset()
+                obs = next_obs
+                obs_n = obs_norm(obs) if normalizing else obs
+                greedy = None
+                if step > learn_from and len(replay) >= batch_size:
+                    self._update_credit += per_step
+                    while self._update_credit >= 1.0:
+                        self._update_credit -= 1.0
+                        batch = replay.sample(batch_size)
+                        if normalizing:
+                            batch["obs"] = obs_norm(batch["obs"])
+                            batch["next_obs"] = obs_norm(batch["next_obs"])
+                            batch["reward"] = reward_scale(batch["reward"])
+                        if self._update_credit >= 1.0:
+                            state, acc = train_step(state, acc, batch)
+                        else:  # the last update of this step also computes the next action
+                            state, acc, a, i = train_act_step(state, acc, batch, obs_n)
+                            greedy = (np.asarray(a), {k: np.asarray(v) for k, v in i.items()})
+                if step < next_event and self._stop_signal is None:
+                    continue
+                # ---- periodic work (never more than once per 100 steps) ----
+                self.state, self.step, self.elapsed = state, step, clock()
+                # the NaN check (inside the flush) precedes every evaluation and checkpoint
+                if (step >= min(next_log, next_eval, next_ckpt) or self._stop_signal is not None
+                        or step == total):
+                    acc = self._flush_metrics(acc, logger, ep_returns, clock, interval_t0,
+                                              interval_s0)
+                    interval_t0, interval_s0, ep_returns = clock(), step, []
+                    next_log = (step // tc.log_every + 1) * tc.log_every
+                    state = self.state
+                if self._stop_signal is not None:
+                    return
+                if step >= next_eval:
+                    self._do_eval(logger)
+                    next_eval = (step // tc.eval_every + 1) * tc.eval_every
+                if step >= next_ckpt:
+                    self.save_checkpoint("latest")
+                    next_ckpt = (step // tc.checkpoint_every + 1) * tc.checkpoint_every
+                now = time.perf_counter()
+                if now - last_progress_t > 0.5 or step == total:
+                    logger.progress(step, (step - interval_s0) / max(clock() - interval_t0, 1e-9))
+                    last_progress_t = now
+                next_progress = step + 100
+                next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
+        finally:  # the Trainer always holds the live state, never a donated one
             self.state, self.step, self.elapsed = state, step, clock()
-            # the NaN check (inside the flush) precedes every evaluation and checkpoint
-            if (step >= min(next_log, next_eval, next_ckpt) or self._stop_signal is not None
-                    or step == total):
-                acc = self._flush_metrics(acc, logger, ep_returns, clock, interval_t0,
-                                          interval_s0)
-                interval_t0, interval_s0, ep_returns = clock(), step, []
-                next_log = (step // tc.log_every + 1) * tc.log_every
-                state = self.state
-            if self._stop_signal is not None:
-                return
-            if step >= next_eval:
-                self._do_eval(logger)
-                next_eval = (step // tc.eval_every + 1) * tc.eval_every
-            if step >= next_ckpt:
-                self.save_checkpoint("latest")
-                next_ckpt = (step // tc.checkpoint_every + 1) * tc.checkpoint_every
-            now = time.perf_counter()
-            if now - last_progress_t > 0.5 or step == total:
-                logger.progress(step, (step - interval_s0) / max(clock() - interval_t0, 1e-9))
-                last_progress_t = now
-            next_progress = step + 100
-            next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
-        self.state, self.step, self.elapsed = state, step, clock()
+            self._obs, self._ep_return = obs, ep_return
 
     def _flush_metrics(self, acc, logger, ep_returns, clock, t0, s0):
         host = jax.device_get(acc)
@@ -374,9 +408,11 @@ class Trainer:
             k: float("nan") for k in host}
         if count and not all(math.isfinite(v) for v in means.values()):
             bad = ", ".join(k for k, v in means.items() if not math.isfinite(v))
+            kept = ("its last good checkpoint is kept" if self._ckpt_written else
+                    "no checkpoint had been written yet")
             raise NonFiniteError(
                 f"non-finite loss ({bad}) between steps {s0} and {self.step}; the run stopped "
-                "and its last good checkpoint is kept")
+                f"and {kept}")
         elapsed = clock() - t0
         row = {"step": self.step, "wall_time": round(clock(), 3),
                "steps_per_s": (self.step - s0) / max(elapsed, 1e-9),
@@ -390,11 +426,18 @@ class Trainer:
         return self._zero_acc(list(host))
 
     def _cleanup_failed(self) -> None:
-        """A run that failed before its first checkpoint leaves no directory behind."""
-        if self.run_dir is not None and self._created_dir and not self._ckpt_written:
+        """A run that failed before its first checkpoint leaves no files behind (a directory
+        the user created empty stays, empty)."""
+        if self.run_dir is not None and self._owns_dir and not self._ckpt_written:
             import shutil
 
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            for child in self.run_dir.iterdir():
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+            if self._created_dir:
+                self.run_dir.rmdir()
 
     # ------------------------------------------------------------------ signals
     def _install_signals(self):

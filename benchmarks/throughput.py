@@ -7,8 +7,9 @@ update per env step. Every entry runs in its own process, entries alternate with
 round (ours, SBX, SB3, ACE configurations...), and medians over rounds are reported, because
 the machine is shared and noisy. For our entries the same process also measures:
 
-* the update-only rate: the jitted update repeated on one batch (no env, no acting), so the
-  loop's overhead is visible as ``loop_ratio = env_steps_per_s / update_per_s``;
+* the update-only rate: the jitted update repeated on one batch (no env, no acting), timed in
+  segments alternating with the loop's, so the loop's overhead is visible as
+  ``loop_ratio = env_steps_per_s / update_per_s`` (offpolicy/training/bench.py);
 * XLA's FLOP count of one update (``jit(...).lower(...).compile().cost_analysis()``);
 * the machine's float32 matmul throughput: a 1024x1024 NumPy matmul, and from it
   ``flop_efficiency = flops_per_update * update_per_s / matmul_flops_per_s``.
@@ -56,67 +57,13 @@ COLUMNS = ["round", "entry", "lib", "algo", "steps", "env_steps_per_s", "update_
            "gflop_per_update", "matmul_gflops", "flop_efficiency", "loop_ratio", "seconds"]
 
 
-def matmul_gflops(reps: int = 20) -> float:
-    a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
-    b = np.random.default_rng(1).standard_normal((1024, 1024), dtype=np.float32)
-    for _ in range(3):
-        a @ b
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
-    return 2 * 1024**3 / float(np.median(times)) / 1e9
-
-
-def measure_ours(algo: str, overrides: dict, steps: int, warmup: int) -> dict:
-    """One process: matmul peak, loop rate after warm-up/compile, update-only rate, FLOPs."""
-    import jax
-
-    from offpolicy import registry
-    from offpolicy.training.loop import Trainer
-
-    peak = matmul_gflops()
-    big = 10**9
-    run = registry.resolve(algo, train_overrides=dict(
-        env=ENV_ID, steps=big, eval_every=big, checkpoint_every=big, log_every=1000,
-        batch_size=64, quiet=True), agent_overrides=overrides)
-    t = Trainer(run, None)
-    t.train(until=warmup, final_eval=False)  # fills replay, compiles
-    t0 = time.perf_counter()
-    t.train(until=warmup + steps, final_eval=False)
-    loop_s = time.perf_counter() - t0
-    env_rate = steps / loop_s
-
-    batch = t.replay.sample(64)
-    state = t.state
-    compiled = jax.jit(t.agent.update).lower(state, batch).compile()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    flops = float(cost.get("flops", float("nan")))
-    update = jax.jit(t.agent.update, donate_argnums=0)
-    state = jax.tree_util.tree_map(lambda x: x.copy(), state)
-    for _ in range(10):
-        state, _ = update(state, batch)
-    jax.block_until_ready(state)
-    reps = max(20, min(steps, int(2.0 * env_rate)))  # about two seconds of updates
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        state, _ = update(state, batch)
-    jax.block_until_ready(state)
-    upd_rate = reps / (time.perf_counter() - t0)
-    return {"lib": "offpolicy", "algo": algo, "steps": steps, "env_steps_per_s": env_rate,
-            "update_per_s": upd_rate, "gflop_per_update": flops / 1e9, "matmul_gflops": peak,
-            "flop_efficiency": flops * upd_rate / (peak * 1e9),
-            "loop_ratio": env_rate / upd_rate, "compiles": t.compile_count,
-            "jax": jax.__version__, "backend": jax.default_backend()}
-
-
 def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
     kind, algo, over = ENTRIES[name]
     if kind == "ours":
-        cmd = [sys.executable, __file__, "_measure", "--algo", algo, "--steps", str(steps),
-               "--warmup", str(warmup), "--overrides", json.dumps(over)]
+        cmd = [sys.executable, "-m", "offpolicy", "bench", algo, "--env", ENV_ID,
+               "--bench-steps", str(steps), "--bench-warmup", str(warmup), "--json"]
+        for k, v in over.items():
+            cmd += [f"--ace.{k.replace('_', '-')}", str(v)]
     else:
         cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--env",
                ENV_ID, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
@@ -243,16 +190,6 @@ def plot(by, med, out: Path) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "_measure":
-        p = argparse.ArgumentParser()
-        p.add_argument("_measure")
-        p.add_argument("--algo", required=True)
-        p.add_argument("--steps", type=int, required=True)
-        p.add_argument("--warmup", type=int, required=True)
-        p.add_argument("--overrides", default="{}")
-        a = p.parse_args()
-        print(json.dumps(measure_ours(a.algo, json.loads(a.overrides), a.steps, a.warmup)))
-        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", choices=list(SUITES), default="all")
     p.add_argument("--rounds", type=int, default=3)

@@ -150,6 +150,47 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
+def cmd_bench(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: offpolicy bench ALGO [--env ENV_ID] [--bench-steps N] [--bench-warmup W] "
+              "[--rounds R] [--json] [--<section>.<field> VALUE ...]\n"
+              "env steps/s with one update per step, update-only rate, XLA FLOPs per update and "
+              "FLOP efficiency against a 1024x1024 NumPy matmul (default env HalfCheetah-v5)")
+        return 0
+    algo = argv[0]
+    registry.get(algo)
+    p = _train_parser(algo)
+    p.prog = f"offpolicy bench {algo}"
+    p.add_argument("--bench-steps", type=int, default=3000, help="timed env steps")
+    p.add_argument("--bench-warmup", type=int, default=1000, help="steps before timing")
+    p.add_argument("--rounds", type=int, default=3, help="alternating loop/update segments")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    ns = vars(p.parse_args(argv[1:]))
+    for k in ("bench_steps", "bench_warmup", "rounds"):
+        if ns[k] < 1:
+            raise OffpolicyError(f"--{k.replace('_', '-')} must be >= 1, got {ns[k]}")
+    section = registry.get(algo).section
+    train_over = {k: v for k, v in ns.items() if k in {f.name for f in C.fields_of(C.TrainConfig)}}
+    train_over.setdefault("env", "HalfCheetah-v5")
+    agent_over = {k.split(".", 1)[1]: v for k, v in ns.items() if k.startswith(section + ".")}
+    run = registry.resolve(algo, preset=ns.get("preset"), train_overrides=train_over,
+                           agent_overrides=agent_over)
+    from offpolicy.training.bench import measure
+
+    res = measure(run, ns["bench_steps"], ns["bench_warmup"], ns["rounds"])
+    if ns["json"]:
+        import json
+
+        print(json.dumps(res))
+    else:
+        print(f"{algo} on {res['env']}: {res['env_steps_per_s']:.1f} env steps/s, update-only "
+              f"{res['update_per_s']:.1f}/s (loop ratio {res['loop_ratio']:.3f}); "
+              f"{res['gflop_per_update']:.3f} GFLOP/update, FLOP efficiency "
+              f"{res['flop_efficiency']:.2f} of {res['matmul_gflops']:.0f} GFLOP/s "
+              f"(1024x1024 NumPy matmul)")
+    return 0
+
+
 def cmd_eval(argv: list[str]) -> int:
     p = _Parser(prog="offpolicy eval", description="evaluate a run's checkpoint")
     p.add_argument("run_dir", type=Path)
@@ -227,7 +268,7 @@ def cmd_list(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "table": cmd_table,
-            "list": cmd_list}
+            "list": cmd_list, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
               "  plot RUN_DIR...           learning curves\n"
               "  table RUN_DIR...          best/final returns table\n"
               "  list                      algorithms, action kinds, presets\n"
+              "  bench ALGO                throughput, update-only rate, FLOP efficiency\n"
               "  --version")
         return 0
     if argv[0] == "--version":

@@ -1,0 +1,25 @@
+"""`offpolicy bench`: the measurement's fields and their relations (no timing thresholds)."""
+
+import json
+
+from _helpers import assert_one_line_error, run_cli
+
+
+def test_bench_json_reports_rates_flops_and_efficiency(tmp_path):
+    proc = run_cli("bench", "ace", "--env", "Pendulum-v1", "--bench-steps", "60",
+                   "--bench-warmup", "80", "--rounds", "2", "--batch-size", "16",
+                   "--ace.encoder-size", "16", "--ace.hidden", "16", "--ace.num-actors", "2",
+                   "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["algo"] == "ace" and res["env"] == "Pendulum-v1" and res["steps"] == 60
+    assert res["env_steps_per_s"] > 0 and res["update_per_s"] > 0 and res["matmul_gflops"] > 0
+    assert res["gflop_per_update"] > 0 and res["compiles"] == 1
+    expected = res["gflop_per_update"] * res["update_per_s"] / res["matmul_gflops"]
+    assert abs(res["flop_efficiency"] - expected) < 1e-6 * max(expected, 1)
+    assert not list(tmp_path.iterdir())  # benchmarking writes no run directory
+
+
+def test_bench_rejects_bad_input(tmp_path):
+    assert_one_line_error(run_cli("bench", "nope", cwd=tmp_path), "unknown algorithm")
+    assert_one_line_error(run_cli("bench", "ddpg", "--rounds", "0", cwd=tmp_path), "rounds")

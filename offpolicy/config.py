@@ -50,7 +50,19 @@ class TrainConfig:
 
 
 @dataclass
-class DDPGConfig:
+class DeterministicActorCriticConfig:
+    """Fields shared by the deterministic-policy families (DDPG, ACE): targets and noise."""
+
+    tau: float = _f(1e-3, "soft target update rate", gt=0, le=1)
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    noise: str = _f("ou", "exploration noise", choices=("ou", "gaussian", "none"))
+    noise_sigma: float = _f(0.2, "noise scale (OU sigma or Gaussian std)", ge=0)
+    noise_theta: float = _f(0.15, "OU mean reversion", ge=0)
+    noise_dt: float = _f(1e-2, "OU time step (as in DeepRL and SB3)", gt=0)
+
+
+@dataclass
+class DDPGConfig(DeterministicActorCriticConfig):
     """DDPG as the ACE paper runs it (Lillicrap et al. 2016 with tanh, no L2)."""
 
     hidden: tuple[int, ...] = _f((400, 300), "hidden sizes of actor and critic")
@@ -61,16 +73,10 @@ class DDPGConfig:
     critic_l2: float = _f(0.0, "L2 weight decay on critic weights (Lillicrap: 1e-2)", ge=0)
     actor_lr: float = _f(1e-4, "Adam step size of the actor", gt=0)
     critic_lr: float = _f(1e-3, "Adam step size of the critic", gt=0)
-    tau: float = _f(1e-3, "soft target update rate", gt=0, le=1)
-    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
-    noise: str = _f("ou", "exploration noise", choices=("ou", "gaussian", "none"))
-    noise_sigma: float = _f(0.2, "noise scale (OU sigma or Gaussian std)", ge=0)
-    noise_theta: float = _f(0.15, "OU mean reversion", ge=0)
-    noise_dt: float = _f(1e-2, "OU time step (as in DeepRL and SB3)", gt=0)
 
 
 @dataclass
-class ACEConfig:
+class ACEConfig(DeterministicActorCriticConfig):
     """ACE and its variants (Zhang & Yao 2019): actor ensemble + latent tree search."""
 
     num_actors: int = _f(5, "ensemble size N", ge=1)
@@ -89,12 +95,6 @@ class ACEConfig:
     reward_loss_weight: float = _f(1.0, "weight of the reward-grounding loss", ge=0)
     actor_lr: float = _f(1e-4, "Adam step size of the actors", gt=0)
     critic_lr: float = _f(1e-3, "Adam step size of encoder and model heads", gt=0)
-    tau: float = _f(1e-3, "soft target update rate", gt=0, le=1)
-    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
-    noise: str = _f("ou", "exploration noise", choices=("ou", "gaussian", "none"))
-    noise_sigma: float = _f(0.2, "noise scale (OU sigma or Gaussian std)", ge=0)
-    noise_theta: float = _f(0.15, "OU mean reversion", ge=0)
-    noise_dt: float = _f(1e-2, "OU time step (as in DeepRL and SB3)", gt=0)
 
 
 # ---------------------------------------------------------------------- generic helpers

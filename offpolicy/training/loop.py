@@ -258,23 +258,22 @@ class Trainer:
         return {"status": status, "step": self.step, "final_return": final,
                 "best_return": self.best_return, "run_dir": str(self.run_dir)}
 
-    def _last_eval_step(self) -> int:
+    def _last_eval(self) -> tuple[int, float]:
+        """(step, return_mean) of the newest evaluation, from memory or eval.csv."""
         if self.eval_history:
-            return self.eval_history[-1]["step"]
+            return self.eval_history[-1]["step"], self.eval_history[-1]["return_mean"]
         if self.run_dir is not None and (self.run_dir / "eval.csv").exists():
             rows = (self.run_dir / "eval.csv").read_text().strip().splitlines()[1:]
             if rows:
-                return int(rows[-1].split(",")[0])
-        return -1
+                step, ret = rows[-1].split(",")[:2]
+                return int(step), float(ret)
+        return -1, float("nan")
+
+    def _last_eval_step(self) -> int:
+        return self._last_eval()[0]
 
     def final_return(self) -> float:
-        if self.eval_history:
-            return self.eval_history[-1]["return_mean"]
-        if self.run_dir is not None and (self.run_dir / "eval.csv").exists():
-            rows = (self.run_dir / "eval.csv").read_text().strip().splitlines()[1:]
-            if rows:
-                return float(rows[-1].split(",")[1])
-        return float("nan")
+        return self._last_eval()[1]
 
     def _do_eval(self, logger: RunLogger) -> None:
         returns = self.evaluate()

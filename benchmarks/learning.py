@@ -7,7 +7,9 @@ Protocol (ACE paper, "Experiments"): evaluate every 10 000 steps with 20 determi
 episodes (no exploration noise) on a separate environment; report the best and the final
 evaluation per run, mean +- standard error over seeds, and the learning curves.
 
-Each run lives in ``benchmarks/runs/<suite>/<entry>/s<seed>``. A finished run is skipped, an
+Each run lives in ``benchmarks/runs/<suite>/<entry>/s<seed>``. Several drivers may work on
+the same matrix at once (one per core): each takes a run with a lock file. A finished run is
+skipped, an
 unfinished one of ours continues with ``--resume`` from its latest checkpoint (a peer run
 restarts: SB3/SBX have no checkpoint here). Runs go seed-major (every entry of seed 0 first),
 so a stopped benchmark has balanced partial results. After every run the table
@@ -44,6 +46,31 @@ def finished(run_dir: Path, steps: int) -> bool:
         return False
     rows = path.read_text().strip().splitlines()[1:]
     return bool(rows) and int(float(rows[-1].split(",")[0])) >= steps
+
+
+def claim(run_dir: Path) -> bool:
+    """Take the run for this process (several drivers may share the matrix): an exclusive
+    lock file holding our PID; a lock whose process is gone is stale and taken over."""
+    lock = run_dir.parent / f".{run_dir.name}.lock"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                os.kill(int(lock.read_text().strip() or 0), 0)
+                return False  # another live driver runs it
+            except (ProcessLookupError, ValueError):
+                lock.unlink(missing_ok=True)
+                continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def release(run_dir: Path) -> None:
+    (run_dir.parent / f".{run_dir.name}.lock").unlink(missing_ok=True)
 
 
 def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_python: str,
@@ -121,9 +148,12 @@ def main() -> int:
             for seed in a.seeds:
                 for entry in entries:
                     run_dir = root / entry / f"s{seed}"
-                    if finished(run_dir, a.steps):
+                    if finished(run_dir, a.steps) or not claim(run_dir):
                         continue
-                    run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log)
+                    try:
+                        run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log)
+                    finally:
+                        release(run_dir)
                     report(a.suite, root, a.out_dir, command, a.env)
     print(report(a.suite, root, a.out_dir, command, a.env))
     print(json.dumps({"runs_root": str(root)}))

@@ -28,6 +28,27 @@ def _unknown_env(env_id: str) -> OffpolicyError:
     )
 
 
+_mujoco_hooked = False
+
+
+def _route_mujoco_warnings() -> None:
+    """MuJoCo prints its warnings (e.g. MuJoCo 4's 'settotalmass' deprecation, raised by
+    Gymnasium's v5 model files on every env creation) to stderr and appends them to
+    MUJOCO_LOG.TXT in the working directory. Route them to Python's ``warnings`` instead, where
+    they show once and can be filtered."""
+    global _mujoco_hooked
+    if _mujoco_hooked:
+        return
+    _mujoco_hooked = True
+    try:
+        import warnings
+
+        import mujoco
+    except ImportError:
+        return
+    mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=2))
+
+
 def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     """Create a Gymnasium env with a flat float32 observation vector.
 
@@ -51,6 +72,7 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
         env_id = name
     if env_id not in gym.registry:
         raise _unknown_env(env_id)
+    _route_mujoco_warnings()
     try:
         env = gym.make(env_id, disable_env_checker=True, **kwargs)
     except gym.error.DependencyNotInstalled as e:

@@ -73,6 +73,16 @@ def release(run_dir: Path) -> None:
     (run_dir.parent / f".{run_dir.name}.lock").unlink(missing_ok=True)
 
 
+def single_threaded_env() -> dict[str, str]:
+    """One thread per run: learning curves do not depend on thread counts, and several runs
+    side by side (one driver per core) with multi-threaded BLAS/OpenMP/XLA oversubscribe the
+    cores badly (SB3 fell to 12 steps/s with 4 such runs on 2 cores)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                        "intra_op_parallelism_threads=1").strip()
+    return env
+
+
 def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_python: str,
             log) -> None:
     if entry.startswith(("sb3-", "sbx-")):
@@ -91,7 +101,7 @@ def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_py
             shutil.rmtree(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     print(f"[{time.strftime('%H:%M:%S')}] {' '.join(cmd)}", file=log, flush=True)
-    out = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    out = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=single_threaded_env())
     if out.returncode != 0:
         print(f"run {entry} s{seed} failed with exit code {out.returncode}", file=log, flush=True)
 

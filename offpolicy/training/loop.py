@@ -320,7 +320,7 @@ class Trainer:
         next_ckpt = (step // tc.checkpoint_every + 1) * tc.checkpoint_every
         next_progress = step + 100
         next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
-        last_progress_t = time.perf_counter()
+        last_progress_t, last_progress_step = time.perf_counter(), step
         greedy = None  # (action, info) for obs from the fused update, when one ran
         try:
             while step < total:
@@ -392,8 +392,9 @@ class Trainer:
                     next_ckpt = (step // tc.checkpoint_every + 1) * tc.checkpoint_every
                 now = time.perf_counter()
                 if now - last_progress_t > 0.5 or step == total:
-                    logger.progress(step, (step - interval_s0) / max(clock() - interval_t0, 1e-9))
-                    last_progress_t = now
+                    rate = (step - last_progress_step) / max(now - last_progress_t, 1e-9)
+                    logger.progress(step, rate)  # steps/s since the previous refresh
+                    last_progress_t, last_progress_step = now, step
                 next_progress = step + 100
                 next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
         finally:  # the Trainer always holds the live state, never a donated one

@@ -32,11 +32,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 SUITES = {
-    "ddpg-peers": ["ddpg", "sbx-ddpg", "sb3-ddpg"],
+    "ddpg-peers": ["ddpg", "sbx-ddpg", "sb3-ddpg", "ddpg-lr1e-3"],
     "ace-family": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "wide-ddpg", "shared-ddpg",
                    "ddpg"],
     # the issues' 20k-step Pendulum acceptance runs (use --env Pendulum-v1 --steps 20000)
     "pendulum": ["ddpg", "ace", "ace-alt", "tm-ace", "ensemble-ddpg"],
+}
+
+
+# entries that are one of our algorithms with extra flags: (algorithm, flags)
+VARIANTS = {
+    # the peers' learning rate (1e-3 for the actor too): like for like with SB3/SBX
+    "ddpg-lr1e-3": ("ddpg", ["--ddpg.actor-lr", "1e-3"]),
 }
 
 
@@ -90,9 +97,10 @@ def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_py
                "--steps", str(steps), "--seed", str(seed), "--run-dir", str(run_dir),
                "--eval-every", "10000", "--eval-episodes", "20", "--warmup", "64"]
     else:
-        cmd = [sys.executable, "-m", "offpolicy", "train", entry, "--env", env, "--steps",
+        algo, flags = VARIANTS.get(entry, (entry, []))
+        cmd = [sys.executable, "-m", "offpolicy", "train", algo, "--env", env, "--steps",
                str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--quiet",
-               "--eval-every", "10000", "--eval-episodes", "20"]
+               "--eval-every", "10000", "--eval-episodes", "20", *flags]
         if (run_dir / "checkpoints" / "latest").exists():
             cmd.append("--resume")
         elif run_dir.exists():  # started but never checkpointed: start again

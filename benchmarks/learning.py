@@ -115,12 +115,18 @@ def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_py
 
 
 def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str) -> str:
+    from offpolicy.errors import OffpolicyError
     from offpolicy.plotting import format_table, plot_groups, read_eval, table_rows
+
+    def has_evals(d: Path) -> bool:
+        try:
+            return len(read_eval(d)["step"]) > 0
+        except OffpolicyError:  # started, nothing evaluated yet
+            return False
 
     groups = {}
     for entry in SUITES[suite]:
-        dirs = sorted(d for d in (runs_root / entry).glob("s*") if (d / "eval.csv").exists())
-        dirs = [d for d in dirs if len(read_eval(d)["step"]) > 0]
+        dirs = [d for d in sorted((runs_root / entry).glob("s*")) if has_evals(d)]
         if dirs:
             groups[entry] = dirs
     if not groups:

@@ -75,6 +75,14 @@ def _train_parser(algo: str) -> _Parser:
     return p
 
 
+def _split_flags(ns: dict, section: str) -> tuple[dict, dict]:
+    """Parsed flags -> (training-loop overrides, algorithm-section overrides)."""
+    train_names = {f.name for f in C.fields_of(C.TrainConfig)}
+    train = {k: v for k, v in ns.items() if k in train_names}
+    agent = {k.split(".", 1)[1]: v for k, v in ns.items() if k.startswith(section + ".")}
+    return train, agent
+
+
 def _load_yaml(path: Path) -> dict:
     import yaml
 
@@ -106,8 +114,7 @@ def cmd_train(argv: list[str]) -> int:
     registry.get(algo)  # unknown algorithm: one-line error
     ns = vars(_train_parser(algo).parse_args(argv[1:]))
     section = registry.get(algo).section
-    train_over = {k: v for k, v in ns.items() if k in {f.name for f in C.fields_of(C.TrainConfig)}}
-    agent_over = {k.split(".", 1)[1]: v for k, v in ns.items() if k.startswith(section + ".")}
+    train_over, agent_over = _split_flags(ns, section)
     file_dict = _load_yaml(ns["config"]) if "config" in ns else None
     preset = ns.get("preset") or (file_dict or {}).get("preset")
     run = registry.resolve(algo, preset=preset, file_dict=file_dict,
@@ -170,9 +177,8 @@ def cmd_bench(argv: list[str]) -> int:
         if ns[k] < 1:
             raise OffpolicyError(f"--{k.replace('_', '-')} must be >= 1, got {ns[k]}")
     section = registry.get(algo).section
-    train_over = {k: v for k, v in ns.items() if k in {f.name for f in C.fields_of(C.TrainConfig)}}
+    train_over, agent_over = _split_flags(ns, section)
     train_over.setdefault("env", "HalfCheetah-v5")
-    agent_over = {k.split(".", 1)[1]: v for k, v in ns.items() if k.startswith(section + ".")}
     run = registry.resolve(algo, preset=ns.get("preset"), train_overrides=train_over,
                            agent_overrides=agent_over)
     from offpolicy.training.bench import measure

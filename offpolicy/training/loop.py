@@ -381,7 +381,6 @@ class Trainer:
                                               interval_s0)
                     interval_t0, interval_s0, ep_returns = clock(), step, []
                     next_log = (step // tc.log_every + 1) * tc.log_every
-                    state = self.state
                 if self._stop_signal is not None:
                     return
                 if step >= next_eval:

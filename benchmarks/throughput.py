@@ -45,10 +45,15 @@ ENTRIES = {
     "ours-ace-10-1": ("ours", "ace", {"num_actors": 10, "plan_depth": 1}),
     "ours-ace-5-2": ("ours", "ace", {"num_actors": 5, "plan_depth": 2}),
 }
+# the same configurations without our XLA:CPU flags (offpolicy/envs/platform.py): an ablation
+XLA_OFF = {"OFFPOLICY_XLA_DEFAULTS": "off"}
+ABLATIONS = {f"{name}-xla-off": name for name in
+             ("ours-ddpg", "ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2")}
 SUITES = {
     "ddpg": ["ours-ddpg", "sbx-ddpg", "sb3-ddpg"],
     "ace": ["ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2", "sbx-ddpg", "sb3-ddpg"],
     "all": list(ENTRIES),
+    "xla": [n for pair in ABLATIONS.items() for n in pair[::-1]],
 }
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
@@ -58,7 +63,8 @@ COLUMNS = ["round", "entry", "lib", "algo", "steps", "env_steps_per_s", "update_
 
 
 def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
-    kind, algo, over = ENTRIES[name]
+    env = dict(os.environ, **XLA_OFF) if name in ABLATIONS else None
+    kind, algo, over = ENTRIES[ABLATIONS.get(name, name)]
     if kind == "ours":
         cmd = [sys.executable, "-m", "offpolicy", "bench", algo, "--env", ENV_ID,
                "--bench-steps", str(steps), "--bench-warmup", str(warmup), "--json"]
@@ -68,7 +74,7 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
         cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--env",
                ENV_ID, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{name} failed ({out.returncode}):\n{out.stderr[-3000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -81,6 +87,7 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
 
 def steps_for(name: str, ddpg_steps: int) -> tuple[int, int]:
     """(timed steps, warm-up steps): ACE is 5-70x heavier than DDPG, so it times fewer."""
+    name = ABLATIONS.get(name, name)
     if name == "ours-ace-5-2":
         return max(ddpg_steps // 10, 200), 200
     if name.startswith("ours-ace"):
@@ -159,6 +166,19 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
         if name in by and name != "ours-ddpg":
             eq = ref * med(name, "update_per_s") / med(name, "matmul_gflops")
             lines.append(f"- {name}: {eq:.2f}")
+    pairs = [(a, b) for a, b in ABLATIONS.items() if a in by and b in by]
+    if pairs:
+        lines += ["", "XLA:CPU flags (`offpolicy/envs/platform.py`: XLA_CPU_DEFAULTS) against none "
+                  "(`OFFPOLICY_XLA_DEFAULTS=off`), update-only rate, paired per round:"]
+        for off, on in pairs:
+            ratios = []
+            for rnd in sorted({r["round"] for r in rows}):
+                a = [float(r["update_per_s"]) for r in by[on] if r["round"] == rnd]
+                b = [float(r["update_per_s"]) for r in by[off] if r["round"] == rnd]
+                if a and b:
+                    ratios.append(a[0] / b[0])
+            lines.append(f"- {on}: " + ", ".join(f"{x:.2f}" for x in ratios)
+                         + f" (median {np.median(ratios):.2f}x)")
     text = "\n".join(lines) + "\n"
     (out_dir / f"throughput_{suite}.md").write_text(text)
     plot(by, med, out_dir / f"throughput_{suite}.png")
@@ -200,7 +220,8 @@ def main() -> int:
     p.add_argument("--resume", action="store_true", help="keep finished rows of the CSV")
     a = p.parse_args()
     entries = SUITES[a.suite]
-    if any(ENTRIES[e][0] != "ours" for e in entries) and not Path(a.peers_python).exists():
+    peers = any(ENTRIES[ABLATIONS.get(e, e)][0] != "ours" for e in entries)
+    if peers and not Path(a.peers_python).exists():
         print(f"peers' python {a.peers_python} not found: run `make bench-venv` or pass "
               "--peers-python", file=sys.stderr)
         return 2

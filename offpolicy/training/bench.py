@@ -69,7 +69,7 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
             spare, _ = update(spare, batch)
         jax.block_until_ready(spare)
         update_rates.append(seg / (time.perf_counter() - t0))
-    peaks.append(matmul_gflops())
+        peaks.append(matmul_gflops())  # the peak drifts too (shared host): sample it per round
     env_rate, upd_rate, peak = (float(np.median(x)) for x in (loop_rates, update_rates, peaks))
     return {"lib": "offpolicy", "algo": run.algo, "env": tc.env, "steps": seg * rounds,
             "env_steps_per_s": env_rate, "update_per_s": upd_rate,

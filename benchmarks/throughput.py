@@ -132,7 +132,7 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                      f"{f('loop_ratio', '.3f')} | {f('gflop_per_update', '.3f')} | {ref} | "
                      f"{f('flop_efficiency', '.2f')} | {f('matmul_gflops', '.1f')} |")
     ours = med("ours-ddpg", "env_steps_per_s")
-    if not np.isnan(ours):
+    if not np.isnan(ours) and any(p in by for p in ("sbx-ddpg", "sb3-ddpg")):
         lines += ["", "Ratios of medians (ours-ddpg over peer):"]
         for peer in ("sbx-ddpg", "sb3-ddpg"):
             p = med(peer, "env_steps_per_s")

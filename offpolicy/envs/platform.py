@@ -34,10 +34,10 @@ def configure_jax() -> None:
 
 
 # XLA:CPU flags that make our updates faster, with the jaxlib versions they were measured on.
-# jaxlib 0.10 sends mid-size GEMMs to YNNPACK by default; its own (Eigen) GEMMs run the ACE
-# update 1.16-1.45x and the DDPG update 1.09x faster on 2 cores (benchmarks/results/
-# xla_cpu_flags.md). An unknown flag is fatal to XLA, so they are set only for the
-# jaxlib versions they were measured on.
+# jaxlib 0.10 sends mid-size GEMMs to YNNPACK by default; with XLA's own (Eigen) GEMMs the
+# update runs 1.08x (ACE(5,1), ACE(5,2)), 1.12x (ACE(10,1)) and 1.07x (DDPG) faster on the
+# project's 2-core CPU (paired medians: benchmarks/results/throughput_xla.md). An unknown flag
+# is fatal to XLA, so they are set only for the jaxlib versions they were measured on.
 XLA_CPU_DEFAULTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 XLA_CPU_DEFAULTS_JAXLIB = ("0.10.",)
 

@@ -59,11 +59,15 @@ SUITES = {
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
                    "ours-ddpg": 0.19}
 COLUMNS = ["round", "entry", "lib", "algo", "steps", "env_steps_per_s", "update_per_s",
-           "gflop_per_update", "matmul_gflops", "flop_efficiency", "loop_ratio", "seconds"]
+           "gflop_per_update", "matmul_gflops", "flop_efficiency", "loop_ratio", "seconds",
+           "xla_flags"]
 
 
 def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
-    env = dict(os.environ, **XLA_OFF) if name in ABLATIONS else None
+    # the ablation's arms must differ whatever the caller's environment says
+    env = {k: v for k, v in os.environ.items() if k != "OFFPOLICY_XLA_DEFAULTS"}
+    if name in ABLATIONS:
+        env.update(XLA_OFF)
     kind, algo, over = ENTRIES[ABLATIONS.get(name, name)]
     if kind == "ours":
         cmd = [sys.executable, "-m", "offpolicy", "bench", algo, "--env", ENV_ID,
@@ -141,7 +145,7 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
         # per-round paired ratios: robust to drift of the machine's speed
         for peer in ("sbx-ddpg", "sb3-ddpg"):
             pairs = []
-            for rnd in sorted({r["round"] for r in rows}):
+            for rnd in sorted({r["round"] for r in rows}, key=int):
                 o = [float(r["env_steps_per_s"]) for r in by.get("ours-ddpg", [])
                      if r["round"] == rnd]
                 p = [float(r["env_steps_per_s"]) for r in by.get(peer, []) if r["round"] == rnd]
@@ -172,7 +176,7 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                   "(`OFFPOLICY_XLA_DEFAULTS=off`), update-only rate, paired per round:"]
         for off, on in pairs:
             ratios = []
-            for rnd in sorted({r["round"] for r in rows}):
+            for rnd in sorted({r["round"] for r in rows}, key=int):
                 a = [float(r["update_per_s"]) for r in by[on] if r["round"] == rnd]
                 b = [float(r["update_per_s"]) for r in by[off] if r["round"] == rnd]
                 if a and b:
@@ -229,13 +233,16 @@ def main() -> int:
     csv_path = a.out_dir / f"throughput_{a.suite}.csv"
     command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:])
     rows: list[dict] = []
+    fields = COLUMNS + ["versions"]
     if a.resume and csv_path.exists():
         with open(csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            fields = list(reader.fieldnames or fields)  # an older file keeps its columns
     done = {(int(r["round"]), r["entry"]) for r in rows}
     new = not (a.resume and csv_path.exists())
     with open(csv_path, "w" if new else "a", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS + ["versions"], extrasaction="ignore")
+        w = csv.DictWriter(f, fields, extrasaction="ignore")
         if new:
             w.writeheader()
         for rnd in range(1, a.rounds + 1):

@@ -11,7 +11,8 @@ from offpolicy.envs import platform
 def env(monkeypatch):
     monkeypatch.delenv("OFFPOLICY_XLA_DEFAULTS", raising=False)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
-    monkeypatch.setattr("importlib.metadata.version", lambda name: "0.10.2")
+    monkeypatch.setattr(platform, "_jaxlib_version", lambda: "0.10.2")
+    monkeypatch.setattr(platform, "_backends_started", lambda: False)
     return monkeypatch
 
 
@@ -34,15 +35,28 @@ def test_opt_out_and_untested_jaxlib(env):
     env.setenv("OFFPOLICY_XLA_DEFAULTS", "off")
     assert platform.apply_xla_cpu_defaults() == []
     env.delenv("OFFPOLICY_XLA_DEFAULTS")
-    env.setattr("importlib.metadata.version", lambda name: "0.11.0")  # an unknown flag is fatal
+    env.setattr(platform, "_jaxlib_version", lambda: "0.11.0")  # an unknown flag is fatal
     assert platform.apply_xla_cpu_defaults() == []
     assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false"
 
 
-def test_this_process_runs_with_the_defaults():
-    """conftest configures JAX like the Trainer does, before XLA starts."""
-    from importlib.metadata import version
+def test_a_longer_flag_with_the_same_prefix_is_not_ours(env):
+    env.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type_x=1")
+    assert platform.apply_xla_cpu_defaults() == ["--xla_cpu_experimental_ynn_fusion_type="]
 
-    if not version("jaxlib").startswith(platform.XLA_CPU_DEFAULTS_JAXLIB):
+
+def test_too_late_warns_and_leaves_flags_alone(env):
+    env.setattr(platform, "_backends_started", lambda: True)
+    with pytest.warns(UserWarning, match="not applied"):
+        assert platform.apply_xla_cpu_defaults() == []
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=false"
+
+
+def test_this_process_runs_with_the_defaults():
+    """conftest configures JAX like the Trainer does, before XLA starts (it asserts that)."""
+    version = platform._jaxlib_version() or ""
+    if not version.startswith(platform.XLA_CPU_DEFAULTS_JAXLIB):
         pytest.skip("defaults apply to tested jaxlib versions only")
+    if os.environ.get("OFFPOLICY_XLA_DEFAULTS", "").lower() == "off":
+        pytest.skip("the suite runs with OFFPOLICY_XLA_DEFAULTS=off")
     assert "--xla_cpu_experimental_ynn_fusion_type=" in os.environ.get("XLA_FLAGS", "")

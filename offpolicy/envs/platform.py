@@ -42,28 +42,58 @@ XLA_CPU_DEFAULTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 XLA_CPU_DEFAULTS_JAXLIB = ("0.10.",)
 
 
+def _jaxlib_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("jaxlib")
+    except Exception:  # not installed as a distribution: no defaults
+        return None
+
+
+def _backends_started() -> bool:
+    """Whether XLA already read ``XLA_FLAGS`` in this process (a backend was created)."""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # a JAX without this private helper: assume not started
+        return False
+
+
+def _flag_names(flags: str) -> set[str]:
+    return {f.split("=", 1)[0] for f in flags.split()}
+
+
 def apply_xla_cpu_defaults() -> list[str]:
     """Add :data:`XLA_CPU_DEFAULTS` to ``XLA_FLAGS`` (once, before XLA's first use).
 
     A flag the user already sets in ``XLA_FLAGS`` is left as it is; ``OFFPOLICY_XLA_DEFAULTS=off``
-    adds none. XLA reads ``XLA_FLAGS`` when its first backend starts, so this must run before
-    the first computation of the process (the Trainer, the CLI and the API call it first).
-    Returns the flags added.
+    adds none. XLA reads ``XLA_FLAGS`` when its first backend starts, so this runs in
+    :func:`configure_jax`, which the Trainer calls first (every CLI command and ``offpolicy.make``
+    / ``offpolicy.load`` build one). A program that ran JAX computations before that gets no
+    defaults and a warning, and ``XLA_FLAGS`` is left alone (it also keys JAX's compilation
+    cache, which must not claim flags that did not apply). Returns the flags added.
     """
     if os.environ.get("OFFPOLICY_XLA_DEFAULTS", "").lower() == "off":
         return []
-    try:
-        from importlib.metadata import version
-
-        jaxlib_version = version("jaxlib")
-    except Exception:
-        return []
-    if not jaxlib_version.startswith(XLA_CPU_DEFAULTS_JAXLIB):
+    jaxlib_version = _jaxlib_version()
+    if jaxlib_version is None or not jaxlib_version.startswith(XLA_CPU_DEFAULTS_JAXLIB):
         return []
     flags = os.environ.get("XLA_FLAGS", "")
-    added = [f"--{k}={v}" for k, v in XLA_CPU_DEFAULTS.items() if f"--{k}" not in flags]
-    if added:
-        os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
+    present = _flag_names(flags)
+    added = [f"--{k}={v}" for k, v in XLA_CPU_DEFAULTS.items() if f"--{k}" not in present]
+    if not added:
+        return []
+    if _backends_started():
+        import warnings
+
+        warnings.warn("JAX ran before offpolicy configured it: its XLA:CPU defaults "
+                      f"({' '.join(added)}) are not applied in this process; set them in "
+                      "XLA_FLAGS or import offpolicy before running JAX code for full speed",
+                      stacklevel=3)
+        return []
+    os.environ["XLA_FLAGS"] = " ".join([flags, *added]).strip()
     return added
 
 

@@ -9,6 +9,7 @@ their ratio is the loop's overhead.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -70,11 +71,18 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
         jax.block_until_ready(spare)
         update_rates.append(seg / (time.perf_counter() - t0))
         peaks.append(matmul_gflops())  # the peak drifts too (shared host): sample it per round
-    env_rate, upd_rate, peak = (float(np.median(x)) for x in (loop_rates, update_rates, peaks))
+    # each round's update rate against the peak sampled right after it (the host drifts, and
+    # its peak can jump between modes); the reported values are actual samples (lower median)
+    effs = [flops * u / (pk * 1e9) for u, pk in zip(update_rates, peaks[1:])]
+    env_rate, upd_rate = float(np.median(loop_rates)), float(np.median(update_rates))
+    peak = float(np.percentile(peaks, 50, method="lower"))
     return {"lib": "offpolicy", "algo": run.algo, "env": tc.env, "steps": seg * rounds,
             "env_steps_per_s": env_rate, "update_per_s": upd_rate,
+            "update_per_s_rounds": update_rates,
             "gflop_per_update": flops / 1e9, "matmul_gflops": peak,
-            "flop_efficiency": flops * upd_rate / (peak * 1e9),
+            "matmul_gflops_samples": peaks,
+            "flop_efficiency": float(np.percentile(effs, 50, method="lower")),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "loop_ratio": float(np.median(np.array(loop_rates) / np.array(update_rates))),
             "compiles": t.compile_count, "jax": jax.__version__,
             "backend": jax.default_backend()}

@@ -98,15 +98,24 @@ def plot_groups(groups: dict[str, list[Path]], out: str | Path, title: str = "")
 
 
 def table_rows(groups: dict[str, list[Path]]) -> list[dict]:
-    """ACE Table 1 style: best and final evaluation per run, mean +- s.e. over runs."""
+    """ACE Table 1 style: best and final evaluation per run, mean +- s.e. over runs.
+
+    Runs still in progress are compared at the last step that every run of the group reached
+    (``steps``): "final" is each run's evaluation at that step and "best" its best evaluation up
+    to it. The standard error needs two runs or more (NaN otherwise)."""
     rows = []
     for name, runs in groups.items():
-        best = np.array([read_eval(r)["return_mean"].max() for r in runs])
-        final = np.array([read_eval(r)["return_mean"][-1] for r in runs])
-        last_step = min(int(read_eval(r)["step"][-1]) for r in runs)
+        evals = [read_eval(r) for r in runs]
+        last_step = min(int(e["step"][-1]) for e in evals)
+        best, final = [], []
+        for e in evals:
+            upto = e["step"] <= last_step
+            best.append(e["return_mean"][upto].max())
+            final.append(e["return_mean"][upto][-1])
+        best, final = np.array(best), np.array(final)
 
         def se(x):
-            return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+            return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
 
         rows.append({"algorithm": name, "runs": len(runs), "steps": last_step,
                      "best_mean": float(best.mean()), "best_se": se(best),
@@ -114,11 +123,15 @@ def table_rows(groups: dict[str, list[Path]]) -> list[dict]:
     return rows
 
 
+def _mean_se(mean: float, se: float) -> str:
+    return f"{mean:.1f} ± {se:.1f}" if np.isfinite(se) else f"{mean:.1f} (1 run)"
+
+
 def format_table(rows: list[dict], markdown: bool = True) -> str:
     head = "| algorithm | runs | steps | best (mean ± s.e.) | final (mean ± s.e.) |"
     lines = [head, "|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['algorithm']} | {r['runs']} | {r['steps']} | "
-                     f"{r['best_mean']:.1f} ± {r['best_se']:.1f} | "
-                     f"{r['final_mean']:.1f} ± {r['final_se']:.1f} |")
+                     f"{_mean_se(r['best_mean'], r['best_se'])} | "
+                     f"{_mean_se(r['final_mean'], r['final_se'])} |")
     return "\n".join(lines)

@@ -114,7 +114,11 @@ def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_py
         print(f"run {entry} s{seed} failed with exit code {out.returncode}", file=log, flush=True)
 
 
-def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str) -> str:
+def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
+           steps: int | None = None) -> str:
+    """Rewrite the suite's table, curves and CSV. With ``steps``, the table and the curves use
+    the finished runs only (a run in progress would cut its row back to the step it reached)
+    and the runs in progress are listed under the table; the CSV always has every evaluation."""
     from offpolicy.errors import OffpolicyError
     from offpolicy.plotting import format_table, plot_groups, read_eval, table_rows
 
@@ -140,12 +144,21 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str) -
                 for i in range(len(e["step"])):
                     w.writerow([entry, d.name[1:], int(e["step"][i]), e["return_mean"][i],
                                 e["return_se"][i], int(e["episodes"][i])])
+    running = []
+    if steps is not None:
+        done = {e: [d for d in dirs if finished(d, steps)] for e, dirs in groups.items()}
+        running = [f"{e} {d.name} at step {int(read_eval(d)['step'][-1])}"
+                   for e, dirs in groups.items() for d in dirs if not finished(d, steps)]
+        groups = {e: dirs for e, dirs in done.items() if dirs}
     plot_groups(groups, out_dir / f"learning_{suite}.png", f"{env}: mean over seeds +- s.e.")
     text = (f"# Learning benchmark: {suite} on {env}\n\nCommand: `{command}`\n\n"
             "Protocol: evaluation every 10 000 steps, 20 deterministic episodes on a separate "
             "env; best and final evaluation per run, mean +- standard error over runs. "
             "`steps` is the last step that every run of the row reached.\n\n"
-            + format_table(table_rows(groups)) + "\n")
+            + (format_table(table_rows(groups)) if groups else "No finished run yet.") + "\n")
+    if running:
+        text += ("\nIn progress (not in the table or the curves): " + ", ".join(running)
+                 + ".\n")
     (out_dir / f"learning_{suite}.md").write_text(text)
     return text
 
@@ -178,8 +191,8 @@ def main() -> int:
                         run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log)
                     finally:
                         release(run_dir)
-                    report(a.suite, root, a.out_dir, command, a.env)
-    print(report(a.suite, root, a.out_dir, command, a.env))
+                    report(a.suite, root, a.out_dir, command, a.env, a.steps)
+    print(report(a.suite, root, a.out_dir, command, a.env, a.steps))
     print(json.dumps({"runs_root": str(root)}))
     return 0
 

@@ -146,10 +146,14 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                                 e["return_se"][i], int(e["episodes"][i])])
     running = []
     if steps is not None:
-        done = {e: [d for d in dirs if finished(d, steps)] for e, dirs in groups.items()}
-        running = [f"{e} {d.name} at step {int(read_eval(d)['step'][-1])}"
-                   for e, dirs in groups.items() for d in dirs if not finished(d, steps)]
-        groups = {e: dirs for e, dirs in done.items() if dirs}
+        done: dict[str, list[Path]] = {}
+        for e, dirs in groups.items():
+            for d in dirs:
+                if finished(d, steps):
+                    done.setdefault(e, []).append(d)
+                else:
+                    running.append(f"{e} {d.name} at step {int(read_eval(d)['step'][-1])}")
+        groups = done
     plot_groups(groups, out_dir / f"learning_{suite}.png", f"{env}: mean over seeds +- s.e.")
     text = (f"# Learning benchmark: {suite} on {env}\n\nCommand: `{command}`\n\n"
             "Protocol: evaluation every 10 000 steps, 20 deterministic episodes on a separate "

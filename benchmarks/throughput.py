@@ -109,6 +109,15 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def paired_ratios(by: dict[str, list[dict]], num: str, den: str, key: str) -> list[float]:
+    """``key`` of entry ``num`` over entry ``den`` within each round both ran, in round order."""
+    def per_round(name):
+        return {int(r["round"]): float(r[key]) for r in by.get(name, [])}
+
+    a, b = per_round(num), per_round(den)
+    return [a[rnd] / b[rnd] for rnd in sorted(a.keys() & b.keys())]
+
+
 def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
     by: dict[str, list[dict]] = {}
     for r in rows:
@@ -144,13 +153,7 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                 lines.append(f"- {peer}: {ours / p:.2f}x")
         # per-round paired ratios: robust to drift of the machine's speed
         for peer in ("sbx-ddpg", "sb3-ddpg"):
-            pairs = []
-            for rnd in sorted({r["round"] for r in rows}, key=int):
-                o = [float(r["env_steps_per_s"]) for r in by.get("ours-ddpg", [])
-                     if r["round"] == rnd]
-                p = [float(r["env_steps_per_s"]) for r in by.get(peer, []) if r["round"] == rnd]
-                if o and p:
-                    pairs.append(o[0] / p[0])
+            pairs = paired_ratios(by, "ours-ddpg", peer, "env_steps_per_s")
             if pairs:
                 lines.append(f"- {peer}, paired per round: "
                              + ", ".join(f"{x:.2f}" for x in pairs)
@@ -175,12 +178,7 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
         lines += ["", "XLA:CPU flags (`offpolicy/envs/platform.py`: XLA_CPU_DEFAULTS) against none "
                   "(`OFFPOLICY_XLA_DEFAULTS=off`), update-only rate, paired per round:"]
         for off, on in pairs:
-            ratios = []
-            for rnd in sorted({r["round"] for r in rows}, key=int):
-                a = [float(r["update_per_s"]) for r in by[on] if r["round"] == rnd]
-                b = [float(r["update_per_s"]) for r in by[off] if r["round"] == rnd]
-                if a and b:
-                    ratios.append(a[0] / b[0])
+            ratios = paired_ratios(by, on, off, "update_per_s")
             lines.append(f"- {on}: " + ", ".join(f"{x:.2f}" for x in ratios)
                          + f" (median {np.median(ratios):.2f}x)")
     text = "\n".join(lines) + "\n"

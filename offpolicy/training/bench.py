@@ -85,4 +85,4 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "loop_ratio": float(np.median(np.array(loop_rates) / np.array(update_rates))),
             "compiles": t.compile_count, "jax": jax.__version__,
-            "backend": jax.default_backend()}
+            "backend": jax.default_backend(), "device": jax.devices()[0].device_kind}

@@ -15,6 +15,7 @@ def test_bench_json_reports_rates_flops_and_efficiency(tmp_path):
     assert res["algo"] == "ace" and res["env"] == "Pendulum-v1" and res["steps"] == 60
     assert res["env_steps_per_s"] > 0 and res["update_per_s"] > 0 and res["matmul_gflops"] > 0
     assert res["gflop_per_update"] > 0 and res["compiles"] == 1
+    assert res["backend"] == "cpu" and isinstance(res["device"], str) and res["device"]
     # efficiency: each round's update rate over the peak sampled after it, median over rounds
     rounds, peaks = res["update_per_s_rounds"], res["matmul_gflops_samples"]
     assert len(rounds) == 2 and len(peaks) == 3 and res["matmul_gflops"] in peaks

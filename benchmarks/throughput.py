@@ -62,7 +62,7 @@ REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13
                    "ours-ddpg": 0.19}
 COLUMNS = ["round", "entry", "lib", "algo", "steps", "env_steps_per_s", "update_per_s",
            "gflop_per_update", "matmul_gflops", "flop_efficiency", "loop_ratio", "seconds",
-           "xla_flags", "backend", "device"]
+           "xla_flags", "backend", "device", "machine"]
 
 
 def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
@@ -111,6 +111,10 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def this_machine() -> str:
+    return f"{cpu_model()}, {os.cpu_count()} cores"
+
+
 def paired_ratios(by: dict[str, list[dict]], num: str, den: str, key: str) -> list[float]:
     """``key`` of entry ``num`` over entry ``den`` within each round both ran, in round order."""
     def per_round(name):
@@ -129,9 +133,11 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
         vals = [float(r[key]) for r in by.get(name, []) if r.get(key) not in ("", None)]
         return float(np.median(vals)) if vals else float("nan")
 
+    # the machine the rows were measured on (a summary may be regenerated elsewhere)
+    machine = next((r["machine"] for r in rows if r.get("machine")), this_machine())
     lines = [f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env step", "",
              f"Command: `{command}`", "",
-             f"Machine: {cpu_model()}, {os.cpu_count()} cores; date {time.strftime('%Y-%m-%d')}",
+             f"Machine: {machine}; date {time.strftime('%Y-%m-%d')}",
              f"Python {platform.python_version()}; rounds: {max(int(r['round']) for r in rows)}"
              " (entries alternate within each round; medians over rounds)", ""]
     accel = sorted({r.get("device", "") for r in rows if r.get("backend") not in ("cpu", "", None)})
@@ -259,7 +265,8 @@ def main() -> int:
                     continue
                 steps, warmup = steps_for(name, a.steps)
                 res = run_entry(name, steps, warmup, a.peers_python)
-                row = {"round": rnd, "entry": name, "steps": steps, **res,
+                row = {"round": rnd, "entry": name, "steps": steps, "machine": this_machine(),
+                       **res,
                        "versions": json.dumps(res.get("versions", ""))}
                 row = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
                 w.writerow(row)

@@ -38,6 +38,8 @@ def test_cpu_summary_has_medians_paired_ratios_and_reference_equivalents(tmp_pat
 def test_accelerator_rows_say_efficiency_is_not_meaningful(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [_row(1, "ours-ace-5-1", 400, 1200, "gpu", "NVIDIA H100 80GB HBM3")]
+    rows[0]["machine"] = "Some Xeon, 16 cores"  # measured elsewhere: the summary says where
     text = summarize(rows, tmp_path, "t", "cmd")
+    assert "Machine: Some Xeon, 16 cores;" in text
     assert "Accelerator: NVIDIA H100 80GB HBM3" in text and "not meaningful" in text
     assert "Equivalent efficiency" not in text and "- ours-ace-5-1:" not in text

@@ -31,12 +31,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-CONFIGS = {
-    "ddpg": ("ddpg", {}),
-    "ace-5-1": ("ace", {"num_actors": 5, "plan_depth": 1}),
-    "ace-10-1": ("ace", {"num_actors": 10, "plan_depth": 1}),
-    "ace-5-2": ("ace", {"num_actors": 5, "plan_depth": 2}),
-}
+from benchmarks.throughput import ENTRIES, OURS, this_machine  # noqa: E402
+
+# our throughput entries (DDPG and the three ACE configurations), named without "ours-"
+CONFIGS = {name.removeprefix("ours-"): ENTRIES[name][1:] for name in OURS}
 
 
 def dot_generals(jaxpr) -> list[tuple[tuple, tuple, object]]:
@@ -128,7 +126,7 @@ def measure(name: str, rounds: int, reps: int) -> dict:
     import jax
 
     from offpolicy import registry
-    from offpolicy.training.bench import matmul_gflops
+    from offpolicy.training.bench import matmul_gflops, update_flops
     from offpolicy.training.loop import Trainer
 
     algo, over = CONFIGS[name]
@@ -143,8 +141,7 @@ def measure(name: str, rounds: int, reps: int) -> dict:
     for lhs, rhs, dn in dots:
         key = (lhs, rhs, tuple(tuple(tuple(x) for x in part) for part in dn))
         shapes[key] = shapes.get(key, 0) + 1
-    cost = jax.jit(t.agent.update).lower(t.state, batch).compile().cost_analysis()
-    total_flops = float((cost[0] if isinstance(cost, list) else cost)["flops"])
+    total_flops = update_flops(t, batch)
     dflops = sum(n * dot_flops(lhs, rhs, dn) for (lhs, rhs, dn), n in shapes.items())
     rows = []
     peaks = [matmul_gflops()]
@@ -190,14 +187,12 @@ def main() -> int:
         w.writeheader()
         for r in rows:
             w.writerow({k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()})
-    from benchmarks.throughput import cpu_model
-
     def med(cfg, key):
         return float(np.median([r[key] for r in rows if r["config"] == cfg]))
 
     lines = ["# GEMM shapes of the update, each timed alone, HalfCheetah-v5, batch 64", "",
              "Command: `python benchmarks/gemm_shapes.py " + " ".join(sys.argv[1:]) + "`", "",
-             f"Machine: {cpu_model()}, {os.cpu_count()} cores; date {time.strftime('%Y-%m-%d')}; "
+             f"Machine: {this_machine()}; date {time.strftime('%Y-%m-%d')}; "
              f"XLA_FLAGS `{os.environ.get('XLA_FLAGS', '')}`; medians over {a.rounds} rounds", "",
              "Every dot_general of the update (forward and backward) timed alone and summed. "
              "GEMM efficiency: dot FLOPs / summed time / the 1024x1024 NumPy float32 matmul "

@@ -45,17 +45,16 @@ ENTRIES = {
     "ours-ace-10-1": ("ours", "ace", {"num_actors": 10, "plan_depth": 1}),
     "ours-ace-5-2": ("ours", "ace", {"num_actors": 5, "plan_depth": 2}),
 }
+OURS = [name for name, (kind, _, _) in ENTRIES.items() if kind == "ours"]
 # the same configurations without our XLA:CPU flags (offpolicy/envs/platform.py): an ablation
 XLA_OFF = {"OFFPOLICY_XLA_DEFAULTS": "off"}
-ABLATIONS = {f"{name}-xla-off": name for name in
-             ("ours-ddpg", "ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2")}
+ABLATIONS = {f"{name}-xla-off": name for name in OURS}
 SUITES = {
     "ddpg": ["ours-ddpg", "sbx-ddpg", "sb3-ddpg"],
     "ace": ["ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2", "sbx-ddpg", "sb3-ddpg"],
     "all": list(ENTRIES),
     "xla": [n for pair in ABLATIONS.items() for n in pair[::-1]],
-    # ours only, e.g. on a GPU machine without the peers' venv
-    "ours": ["ours-ddpg", "ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2"],
+    "ours": OURS,  # no peers, e.g. on a GPU machine without the peers' venv
 }
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
@@ -181,14 +180,14 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
     lines += ["", "Bounds (issues 10 and 11, on the CPU): ours-ddpg >= 1.3x SBX and >= 2.0x SB3 "
               "(medians); ACE loop ratio >= 0.9 and FLOP efficiency >= 0.6 at <= 1.1x the "
               "reference GFLOP."]
-    if not accel:
+    if not accel:  # against the host's matmul peak: meaningless for accelerator rows
         lines[-1] += (" Equivalent efficiency in reference FLOPs (ref GFLOP x update-only rate "
                       "/ matmul peak), i.e. how fast a plain implementation would have to run "
                       "to match:")
-    for name, ref in REFERENCE_GFLOP.items():
-        if name in by and name != "ours-ddpg" and not accel:
-            eq = ref * med(name, "update_per_s") / med(name, "matmul_gflops")
-            lines.append(f"- {name}: {eq:.2f}")
+        for name, ref in REFERENCE_GFLOP.items():
+            if name in by and name != "ours-ddpg":
+                eq = ref * med(name, "update_per_s") / med(name, "matmul_gflops")
+                lines.append(f"- {name}: {eq:.2f}")
     pairs = [(a, b) for a, b in ABLATIONS.items() if a in by and b in by]
     if pairs:
         lines += ["", "XLA:CPU flags (`offpolicy/envs/platform.py`: XLA_CPU_DEFAULTS) against none "

@@ -32,11 +32,13 @@ def matmul_gflops(reps: int = 20) -> float:
     return 2 * 1024**3 / float(np.median(times)) / 1e9
 
 
-def update_flops(trainer) -> float:
-    """XLA's FLOP count of one update of ``trainer``'s agent on one batch."""
+def update_flops(trainer, batch: dict | None = None) -> float:
+    """XLA's FLOP count of one update of ``trainer``'s agent on one batch (default: sampled
+    from its replay)."""
     import jax
 
-    batch = trainer.replay.sample(trainer.train_cfg.batch_size)
+    if batch is None:
+        batch = trainer.replay.sample(trainer.train_cfg.batch_size)
     cost = jax.jit(trainer.agent.update).lower(trainer.state, batch).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return float(cost.get("flops", float("nan")))

@@ -9,7 +9,7 @@ RUN    := runs/ddpg-pendulum
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[mujoco,dev]"
+	$(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,dev]"
 	touch $(STAMP)
 
 # DDPG on Pendulum-v1 for 20k steps; writes $(RUN)/curve.png and prints the final return.
@@ -36,7 +36,7 @@ lint: $(STAMP)
 bench-venv:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/python -m pip install -q torch==2.13.0
-	.venv-bench/bin/python -m pip install -q stable-baselines3==2.9.2 sbx-rl==0.28.0 "gymnasium[mujoco]>=1.0"
+	.venv-bench/bin/python -m pip install -q stable-baselines3==2.9.2 sbx-rl==0.28.0 "gymnasium[mujoco]>=1.0" "mujoco>=3.2,<4"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -31,10 +31,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.throughput import ENTRIES, OURS, this_machine  # noqa: E402
+from benchmarks.throughput import BASE, ENTRIES, this_machine  # noqa: E402
 
 # our throughput entries (DDPG and the three ACE configurations), named without "ours-"
-CONFIGS = {name.removeprefix("ours-"): ENTRIES[name][1:] for name in OURS}
+CONFIGS = {name.removeprefix("ours-"): ENTRIES[name][1:] for name in BASE}
 
 
 def dot_generals(jaxpr) -> list[tuple[tuple, tuple, object]]:
@@ -122,19 +122,35 @@ def time_numpy(lhs, rhs, dn, reps: int, trials: int) -> float:
     return float(np.median(times))
 
 
+def time_update(update, state, batch, reps: int) -> float:
+    """Seconds per call of the jitted update on one batch, state donated (as in training)."""
+    import jax
+
+    key = jax.random.PRNGKey(0)
+    state = jax.tree_util.tree_map(lambda x: x.copy(), state)
+    for _ in range(3):
+        state, _, _ = update(state, batch, key)
+    jax.block_until_ready(state)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        state, _, _ = update(state, batch, key)
+    jax.block_until_ready(state)
+    return (time.perf_counter() - t0) / reps
+
+
 def measure(name: str, rounds: int, reps: int) -> dict:
     import jax
 
     from offpolicy import registry
     from offpolicy.training.bench import matmul_gflops, update_flops
-    from offpolicy.training.loop import Trainer
+    from offpolicy.training.run import Run
 
     algo, over = CONFIGS[name]
     run = registry.resolve(algo, train_overrides={"env": "HalfCheetah-v5", "quiet": True},
                            agent_overrides=over)
-    t = Trainer(run, None)
+    t = Run(run, None)
     batch = t.replay.gather(np.zeros(run.train.batch_size, np.int64))
-    jaxpr = jax.make_jaxpr(t.agent.update)(t.state, batch)
+    jaxpr = jax.make_jaxpr(t.agent.update)(t.state, batch, jax.random.PRNGKey(0))
     dots = dot_generals(jaxpr.jaxpr)
     # identical shapes are timed once and counted as often as they occur
     shapes: dict[tuple, int] = {}
@@ -144,22 +160,29 @@ def measure(name: str, rounds: int, reps: int) -> dict:
     total_flops = update_flops(t, batch)
     dflops = sum(n * dot_flops(lhs, rhs, dn) for (lhs, rhs, dn), n in shapes.items())
     rows = []
+    update = jax.jit(t.agent.update, donate_argnums=0)
+    update_reps = max(20, int(2e9 / max(total_flops, 1)))  # about 2 GFLOP per timing
     peaks = [matmul_gflops()]
     for rnd in range(1, rounds + 1):
         tx = sum(n * time_xla(lhs, rhs, dn, reps, 5) for (lhs, rhs, dn), n in shapes.items())
         tn = sum(n * time_numpy(lhs, rhs, dn, reps, 5) for (lhs, rhs, dn), n in shapes.items())
+        tu = time_update(update, t.state, batch, update_reps)
         peaks.append(matmul_gflops())
         peak = peaks[-1] * 1e9
         rows.append({"round": rnd, "config": name, "dots": len(dots),
                      "distinct_shapes": len(shapes), "dot_gflop": dflops / 1e9,
                      "update_gflop": total_flops / 1e9, "matmul_gflops": peaks[-1],
-                     "xla_dot_ms": tx * 1e3, "numpy_dot_ms": tn * 1e3,
+                     "xla_dot_ms": tx * 1e3, "numpy_dot_ms": tn * 1e3, "update_ms": tu * 1e3,
                      "xla_gemm_efficiency": dflops / tx / peak,
-                     "numpy_gemm_efficiency": dflops / tn / peak})
+                     "numpy_gemm_efficiency": dflops / tn / peak,
+                     "update_efficiency": total_flops / tu / peak,
+                     "update_over_gemm": (total_flops / tu) / (dflops / tx)})
         print(f"round {rnd} {name:9s} {len(dots)} dots, {dflops / 1e9:.3f} of "
               f"{total_flops / 1e9:.3f} GFLOP; XLA dots {tx * 1e3:.2f} ms "
               f"(gemm eff {rows[-1]['xla_gemm_efficiency']:.2f}), NumPy {tn * 1e3:.2f} ms "
-              f"(gemm eff {rows[-1]['numpy_gemm_efficiency']:.2f}); peak {peaks[-1]:.0f} GFLOP/s",
+              f"(gemm eff {rows[-1]['numpy_gemm_efficiency']:.2f}); update {tu * 1e3:.2f} ms "
+              f"(eff {rows[-1]['update_efficiency']:.2f}, "
+              f"{rows[-1]['update_over_gemm']:.2f}x the GEMMs'); peak {peaks[-1]:.0f} GFLOP/s",
               flush=True)
     return {"rows": rows, "shapes": shapes}
 
@@ -171,7 +194,7 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=8, help="independent dots per timed call")
     p.add_argument("--out-dir", type=Path, default=HERE / "results")
     a = p.parse_args()
-    from offpolicy.envs.platform import configure_jax
+    from offpolicy.jax_setup import configure_jax
 
     configure_jax()  # our XLA:CPU defaults, as in training
     a.out_dir.mkdir(parents=True, exist_ok=True)
@@ -198,16 +221,22 @@ def main() -> int:
              "GEMM efficiency: dot FLOPs / summed time / the 1024x1024 NumPy float32 matmul "
              "peak sampled after each round. Indicative, not a strict bound (inside the update "
              "XLA fuses and schedules dots with their neighbours).", "",
+             "Update: the jitted update itself, timed in the same round on one batch (state "
+             "donated, as in training); `update / GEMMs` = (update FLOPs / update time) / (dot "
+             "FLOPs / summed XLA dot time), i.e. the update's efficiency over its own GEMMs' "
+             "(issue bound: >= 0.9).", "",
              "| config | dots | dot GFLOP | update GFLOP | XLA dots ms | XLA GEMM eff | "
-             "NumPy dots ms | NumPy GEMM eff | peak GFLOP/s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "NumPy dots ms | NumPy GEMM eff | update ms | update eff | update / GEMMs | "
+             "peak GFLOP/s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for cfg in a.configs:
         first = next(r for r in rows if r["config"] == cfg)
         lines.append(
             f"| {cfg} | {first['dots']} | {first['dot_gflop']:.3f} | {first['update_gflop']:.3f}"
             f" | {med(cfg, 'xla_dot_ms'):.2f} | {med(cfg, 'xla_gemm_efficiency'):.2f} | "
             f"{med(cfg, 'numpy_dot_ms'):.2f} | {med(cfg, 'numpy_gemm_efficiency'):.2f} | "
-            f"{med(cfg, 'matmul_gflops'):.0f} |")
+            f"{med(cfg, 'update_ms'):.2f} | {med(cfg, 'update_efficiency'):.2f} | "
+            f"{med(cfg, 'update_over_gemm'):.2f} | {med(cfg, 'matmul_gflops'):.0f} |")
     lines += ["", "Largest GEMMs (count x lhs.rhs shapes):", *shape_lines]
     text = "\n".join(lines) + "\n"
     (a.out_dir / "gemm_shapes.md").write_text(text)

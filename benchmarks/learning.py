@@ -31,6 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from offpolicy.plotting import last_eval  # noqa: E402
+
 SUITES = {
     "ddpg-peers": ["ddpg", "sbx-ddpg", "sb3-ddpg", "ddpg-lr1e-3"],
     "ace-family": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "wide-ddpg", "shared-ddpg",
@@ -48,11 +50,7 @@ VARIANTS = {
 
 
 def finished(run_dir: Path, steps: int) -> bool:
-    path = run_dir / "eval.csv"
-    if not path.exists():
-        return False
-    rows = path.read_text().strip().splitlines()[1:]
-    return bool(rows) and int(float(rows[-1].split(",")[0])) >= steps
+    return last_eval(run_dir / "eval.csv")[0] >= steps
 
 
 def claim(run_dir: Path) -> bool:

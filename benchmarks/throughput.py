@@ -36,7 +36,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ENV_ID = "HalfCheetah-v5"
 
-# name -> (kind, algo, overrides); kind "ours" runs in this venv, "sb3"/"sbx" in the bench venv
+# name -> (kind, algo, overrides); kind "ours" runs in this venv, "sb3"/"sbx" in the bench venv;
+# override keys with a dot are training flags (--num-envs), the others the algorithm's section
 ENTRIES = {
     "ours-ddpg": ("ours", "ddpg", {}),
     "sbx-ddpg": ("sbx", "ddpg", {}),
@@ -45,14 +46,25 @@ ENTRIES = {
     "ours-ace-10-1": ("ours", "ace", {"num_actors": 10, "plan_depth": 1}),
     "ours-ace-5-2": ("ours", "ace", {"num_actors": 5, "plan_depth": 2}),
 }
+# the runtime's two acting modes: K = 4 env copies, and the pipelined loop
+MODES = {"envs4": {".num-envs": 4}, "pipeline": {".pipeline": True}}
+for _name, (_kind, _algo, _over) in list(ENTRIES.items()):
+    if _kind == "ours":
+        for _mode, _flags in MODES.items():
+            if _mode == "envs4" and _algo != "ddpg":
+                continue
+            ENTRIES[f"{_name}-{_mode}"] = (_kind, _algo, {**_over, **_flags})
+BASE = ["ours-ddpg", "ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2"]
 OURS = [name for name, (kind, _, _) in ENTRIES.items() if kind == "ours"]
-# the same configurations without our XLA:CPU flags (offpolicy/envs/platform.py): an ablation
+# the same configurations without our XLA:CPU flags (offpolicy/jax_setup.py): an ablation
 XLA_OFF = {"OFFPOLICY_XLA_DEFAULTS": "off"}
-ABLATIONS = {f"{name}-xla-off": name for name in OURS}
+ABLATIONS = {f"{name}-xla-off": name for name in BASE}
 SUITES = {
-    "ddpg": ["ours-ddpg", "sbx-ddpg", "sb3-ddpg"],
-    "ace": ["ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2", "sbx-ddpg", "sb3-ddpg"],
-    "all": list(ENTRIES),
+    "ddpg": ["ours-ddpg", "ours-ddpg-envs4", "ours-ddpg-pipeline", "sbx-ddpg", "sb3-ddpg"],
+    "ace": ["ours-ace-5-1", "ours-ace-5-1-pipeline", "ours-ace-10-1", "ours-ace-10-1-pipeline",
+            "ours-ace-5-2", "ours-ace-5-2-pipeline", "sbx-ddpg", "sb3-ddpg"],
+    "all": ["ours-ddpg", "ours-ddpg-envs4", "sbx-ddpg", "sb3-ddpg", "ours-ace-5-1",
+            "ours-ace-10-1", "ours-ace-5-2"],
     "xla": [n for pair in ABLATIONS.items() for n in pair[::-1]],
     "ours": OURS,  # no peers, e.g. on a GPU machine without the peers' venv
 }
@@ -74,7 +86,9 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
         cmd = [sys.executable, "-m", "offpolicy", "bench", algo, "--env", ENV_ID,
                "--bench-steps", str(steps), "--bench-warmup", str(warmup), "--json"]
         for k, v in over.items():
-            cmd += [f"--ace.{k.replace('_', '-')}", str(v)]
+            flag = (f"--{k[1:]}" if k.startswith(".")
+                    else f"--{algo}.{k.replace('_', '-')}")
+            cmd += [flag] if v is True else [flag, str(v)]
     else:
         cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--env",
                ENV_ID, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
@@ -93,7 +107,7 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
 def steps_for(name: str, ddpg_steps: int) -> tuple[int, int]:
     """(timed steps, warm-up steps): ACE is 5-70x heavier than DDPG, so it times fewer."""
     name = ABLATIONS.get(name, name)
-    if name == "ours-ace-5-2":
+    if name.startswith("ours-ace-5-2"):
         return max(ddpg_steps // 10, 200), 200
     if name.startswith("ours-ace"):
         return max(ddpg_steps // 4, 300), 300
@@ -190,7 +204,7 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                 lines.append(f"- {name}: {eq:.2f}")
     pairs = [(a, b) for a, b in ABLATIONS.items() if a in by and b in by]
     if pairs:
-        lines += ["", "XLA:CPU flags (`offpolicy/envs/platform.py`: XLA_CPU_DEFAULTS) against none "
+        lines += ["", "XLA:CPU flags (`offpolicy/jax_setup.py`: XLA_CPU_DEFAULTS) against none "
                   "(`OFFPOLICY_XLA_DEFAULTS=off`), update-only rate, paired per round:"]
         for off, on in pairs:
             ratios = paired_ratios(by, on, off, "update_per_s")

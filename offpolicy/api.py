@@ -18,7 +18,7 @@ from offpolicy import config as C
 from offpolicy import registry
 from offpolicy.errors import OffpolicyError
 from offpolicy.training import checkpoint
-from offpolicy.training.loop import Trainer
+from offpolicy.training.run import Run
 
 
 def _split_overrides(algo: str, overrides: dict[str, Any]) -> tuple[dict, dict]:
@@ -39,12 +39,32 @@ def _split_overrides(algo: str, overrides: dict[str, Any]) -> tuple[dict, dict]:
 
 
 def make(algo: str, env: str = "Pendulum-v1", seed: int = 0, run_dir: str | Path | None = None,
-         preset: str | None = None, **overrides: Any) -> Agent:
-    """Create an agent for ``env``. Overrides name any training or algorithm config field."""
+         preset: str | None = None, resume: bool = False, **overrides: Any) -> Agent:
+    """Create an agent for ``env``. Overrides name any training or algorithm config field.
+
+    With ``resume=True`` the run in ``run_dir`` continues from its latest checkpoint (replay
+    included); the overrides must agree with the saved run except for the fields a resumed
+    run may change (``RunConfig.RESUME_CHANGEABLE``), as on the command line."""
     train, agent = _split_overrides(algo, overrides)
     train.update(env=env, seed=seed)
     run = registry.resolve(algo, preset=preset, train_overrides=train, agent_overrides=agent)
-    return Agent(Trainer(run, run_dir))
+    if resume:
+        if run_dir is None:
+            raise OffpolicyError("resume=True needs a run_dir")
+        saved = Path(run_dir) / "config.yaml"
+        if not saved.exists():
+            raise OffpolicyError(f"cannot resume: no run in {run_dir} (no config.yaml)")
+        import yaml
+
+        try:
+            saved_run = registry.RunConfig.from_dict(yaml.safe_load(saved.read_text()),
+                                                     where=str(saved))
+        except (OSError, yaml.YAMLError) as e:
+            raise OffpolicyError(f"cannot read {saved}: {e}") from e
+        explicit = set(train) - {"env", "seed"} | ({"env"} if env != saved_run.train.env
+                                                   else set())
+        run = saved_run.resumed_with(run, explicit, set(agent), where=str(run_dir))
+    return Agent(Run(run, run_dir, resume=resume))
 
 
 def load(path: str | Path, which: str = "latest") -> Agent:
@@ -56,65 +76,74 @@ def load(path: str | Path, which: str = "latest") -> Agent:
     if which not in ("latest", "best"):
         raise OffpolicyError(f"invalid checkpoint '{which}' (valid: latest, best)")
     ckpt = checkpoint.locate(path, which)
-    import json
-
-    try:
-        meta = json.loads((ckpt / "meta.json").read_text())
-    except (OSError, ValueError) as e:
-        raise OffpolicyError(f"corrupt checkpoint {ckpt}: {e}") from e
+    meta = checkpoint.load_meta(ckpt)
     if "config" not in meta:
         raise OffpolicyError(f"corrupt checkpoint {ckpt}: meta.json has no config")
     run = registry.RunConfig.from_dict(meta["config"], where=str(ckpt / "meta.json"))
     run.train.quiet = True
-    trainer = Trainer(run, None)
-    trainer.restore(ckpt)
-    return Agent(trainer)
+    # evaluation and acting need parameters only: replay is neither allocated nor read, so a
+    # damaged replay.npz never blocks evaluating intact parameters
+    r = Run(run, None, with_replay=False)
+    r.restore(ckpt, with_replay=False)
+    return Agent(r, learnable=False)
 
 
 class Agent:
     """A trained or training agent. ``learn`` continues from where it stopped."""
 
-    def __init__(self, trainer: Trainer):
-        self.trainer = trainer
+    def __init__(self, run: Run, learnable: bool = True):
+        self.run = run
+        self._learnable = learnable
 
     @property
     def config(self) -> registry.RunConfig:
-        return self.trainer.run
+        return self.run.run
 
     @property
     def step(self) -> int:
-        return self.trainer.step
+        return self.run.step
 
     def learn(self, steps: int) -> dict[str, Any]:
         """Train for ``steps`` more env steps, evaluating on the configured schedule
-        (``eval_every``). Successive calls continue the same episode, replay and noise. After
-        ``offpolicy.load`` of a run directory's latest checkpoint the replay is restored too;
-        ``Agent.save`` stores no replay, so learning after loading it starts with an empty
-        one."""
-        if steps < 1:
-            raise OffpolicyError(f"steps must be >= 1, got {steps}")
-        return self.trainer.train(until=self.trainer.step + steps, final_eval=False)
+        (``eval_every``). Successive calls continue the same episodes, replay and noise. An
+        agent from ``offpolicy.load`` learns with an empty replay (loading reads parameters
+        only; resume a run directory with the CLI's ``--resume`` to continue with its
+        replay)."""
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise OffpolicyError(f"steps must be a positive integer, got {steps!r}")
+        if not self._learnable:
+            r = self.run
+            cfg = r.run
+            fresh = Run(cfg, None)
+            fresh.learner.state = r.learner.state
+            fresh.step, fresh.best_return, fresh.elapsed = r.step, r.best_return, r.elapsed
+            fresh.obs_norm.rms.load_state_dict(r.obs_norm.rms.state_dict())
+            self.run, self._learnable = fresh, True
+        return self.run.train(until=self.run.step + int(steps), final_eval=False)
 
     def act(self, obs: np.ndarray) -> Any:
         """The deterministic (evaluation) action for one env observation, in env units."""
-        t = self.trainer
+        r = self.run
         obs = np.asarray(obs, np.float32)
-        if obs.shape != t.obs_shape:
-            raise OffpolicyError(f"observation shape {obs.shape} != {t.obs_shape}")
-        params = t.actor.host_params(t.agent.acting_params(t.state))
-        action, _ = t.actor.act(params, t.obs_norm(obs), explore=False)
-        return t.spec.to_env(action)
+        if obs.shape != r.obs_shape:
+            raise OffpolicyError(f"observation shape {obs.shape} != {r.obs_shape}")
+        if not np.isfinite(obs).all():
+            raise OffpolicyError("observation contains NaN or inf")
+        action, _ = r.act(r.obs_norm(obs[None]), explore=False)
+        return r.spec.to_env(action[0])
 
     def evaluate(self, episodes: int = 10) -> np.ndarray:
-        """Returns of ``episodes`` deterministic evaluation episodes."""
-        return self.trainer.evaluate(episodes)
+        """Returns of ``episodes`` (>= 1) deterministic evaluation episodes."""
+        return self.run.evaluate(episodes)
 
     def save(self, path: str | Path) -> Path:
         """Write a self-contained checkpoint directory (parameters, optimiser, config)."""
         path = Path(path)
         if path.exists() and any(path.iterdir()):
             raise OffpolicyError(f"{path} exists and is not empty")
-        path.mkdir(parents=True, exist_ok=True)
-        t = self.trainer
-        out = checkpoint.save(path, "latest", t.step, t.state, t._meta(), None)
-        return out
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OffpolicyError(f"cannot create {path}: {e}") from e
+        r = self.run
+        return checkpoint.save(path, "latest", r.step, r.state, r._meta(), None)

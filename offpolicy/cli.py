@@ -10,14 +10,14 @@ algorithm.
 from __future__ import annotations
 
 import argparse
-import difflib
+import signal
 import sys
 import typing
 from pathlib import Path
 
 from offpolicy import __version__, registry
 from offpolicy import config as C
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import OffpolicyError, did_you_mean
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,8 +28,7 @@ class _Parser(argparse.ArgumentParser):
             flags = [a for a in message.split(":", 1)[1].split() if a.startswith("-")]
             known = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
             bad = flags[0] if flags else message.split(":", 1)[1].strip()
-            close = difflib.get_close_matches(bad.split("=")[0], known, n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            hint = did_you_mean(bad.split("=")[0], known)
             raise OffpolicyError(
                 f"{self.prog}: unknown flag {bad}{hint} (valid: {', '.join(known)})")
         raise OffpolicyError(f"{self.prog}: {message}")
@@ -100,9 +99,6 @@ def _load_yaml(path: Path) -> dict:
     return d
 
 
-_RESUME_CHANGEABLE = {"steps", "quiet", "checkpoint_every", "log_every"}
-
-
 def cmd_train(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: offpolicy train ALGO --env ENV_ID [--steps N] [--seed S] [--run-dir DIR] "
@@ -121,37 +117,34 @@ def cmd_train(argv: list[str]) -> int:
                            train_overrides=train_over, agent_overrides=agent_over)
     tc = run.train
     run_dir = ns.get("run_dir") or Path("runs") / f"{algo}-{tc.env.replace('/', '_')}-s{tc.seed}"
-    if ns["resume"]:
+    resume = ns["resume"]
+    if resume and Path(run_dir).is_dir() and not (Path(run_dir) / "config.yaml").exists() \
+            and not any(Path(run_dir).iterdir()):
+        # killed before it wrote anything: there is nothing to continue
+        print(f"offpolicy: {run_dir} is empty (the run stopped before its first checkpoint); "
+              "starting it from step 0", file=sys.stderr)
+        resume = False
+    if resume:
         saved_path = Path(run_dir) / "config.yaml"
         if not saved_path.exists():
             raise OffpolicyError(f"cannot resume: no run in {run_dir} (no config.yaml)")
         saved = registry.RunConfig.from_dict(_load_yaml(saved_path), where=str(saved_path))
-        if saved.algo != algo:
-            raise OffpolicyError(f"cannot resume: {run_dir} is a {saved.algo} run, not {algo}")
-        # everything the user set now, by flag, --config or --preset, must match the run
         fd = file_dict or {}
-        explicit_train = set(train_over) | set(fd.get("train") or {})
-        explicit_agent = (set(agent_over) | set(fd.get(section) or {})
-                          | set(registry.get(algo).presets.get(preset, {}) if preset else ()))
-        changed = [k for k, v in C.to_dict(run.train).items()
-                   if k in explicit_train and v != C.to_dict(saved.train)[k]
-                   and k not in _RESUME_CHANGEABLE]
-        changed += [f"{section}.{k}" for k, v in C.to_dict(run.agent).items()
-                    if k in explicit_agent and v != C.to_dict(saved.agent)[k]]
-        if changed:
-            raise OffpolicyError(f"cannot change {', '.join(changed)} when resuming {run_dir} "
-                                 f"(changeable: {', '.join(sorted(_RESUME_CHANGEABLE))})")
-        for k in _RESUME_CHANGEABLE & explicit_train:
-            setattr(saved.train, k, getattr(run.train, k))
-        run = saved
-    from offpolicy.training.loop import Trainer
+        explicit = (set(train_over) | set(fd.get("train") or {}),
+                    set(agent_over) | set(fd.get(section) or {})
+                    | set(registry.get(algo).presets.get(preset, {}) if preset else ()))
+        run = saved.resumed_with(run, *explicit, where=str(run_dir))
+    from offpolicy.training.run import Run
 
-    trainer = Trainer(run, run_dir, resume=ns["resume"])
-    summary = trainer.train()
+    trainer = Run(run, run_dir, resume=resume)
+    try:
+        summary = trainer.train()
+    finally:
+        trainer.close()  # env copies (subprocesses with --async-envs) and evaluation envs
     if summary["status"] == "interrupted":
         print(f"interrupted at step {summary['step']}; checkpoint written. Resume with: "
               f"offpolicy train {algo} --run-dir {run_dir} --resume", file=sys.stderr)
-        return 130
+        return 128 + int(summary["signal"] or signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM
     print(f"final return_mean {summary['final_return']:.2f} at step {summary['step']} "
           f"(best {summary['best_return']:.2f}); run directory: {run_dir}")
     return 0
@@ -210,7 +203,7 @@ def cmd_eval(argv: list[str]) -> int:
     from offpolicy.api import load
 
     agent = load(a.run_dir, a.checkpoint)
-    t = agent.trainer
+    t = agent.run
     returns = t.evaluate(a.episodes)
     print(f"{t.run.algo} {t.run.train.env} step {t.step} ({a.checkpoint}): return "
           f"{returns.mean():.2f} +- {returns.std():.2f} (std over {a.episodes} episodes)")
@@ -295,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = COMMANDS.get(argv[0])
     try:
         if cmd is None:
-            close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = did_you_mean(argv[0], COMMANDS, n=1)
             raise OffpolicyError(f"unknown command '{argv[0]}'{hint} "
                                  f"(valid: {', '.join(COMMANDS)}, --version)")
         return cmd(argv[1:])

@@ -15,7 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import OffpolicyError, did_you_mean
 
 
 def _f(default: Any, help: str, *, gt: float | None = None, ge: float | None = None,
@@ -37,6 +37,22 @@ class TrainConfig:
         0, "initial steps with uniformly random actions; updates start once the replay holds "
         "batch_size transitions and warm-up is over (ACE authors' code: no warm-up)", ge=0)
     updates_per_step: float = _f(1.0, "gradient updates per env step (replay ratio)", gt=0)
+    num_envs: int = _f(
+        1, "env copies stepped side by side with one batched policy call per step; K env steps "
+        "give K x updates_per_step updates, so sample efficiency per env step is unchanged",
+        ge=1, le=256)
+    async_envs: bool = _f(False, "step the env copies in subprocesses (Gymnasium "
+                          "AsyncVectorEnv) instead of in this process")
+    pipeline: bool = _f(
+        False, "overlap the env step with the update: act with parameters one update old "
+        "(a departure from the papers' Algorithm 1 by one update; off by default)")
+    segment_length: int = _f(
+        0, "update cadence: 0 = updates_per_step updates after every env step; k > 0 = after "
+        "every k steps of each env copy, one update on the segment just collected (agents "
+        "that learn from sequences) and Poisson(replay_ratio) updates from replay (ACER "
+        "Algorithm 1)", ge=0)
+    replay_ratio: float = _f(4.0, "with segment_length > 0: mean number of replay updates "
+                             "per segment (ACER's r)", ge=0)
     batch_size: int = _f(64, "minibatch size per update", ge=1)
     buffer_size: int = _f(1_000_000, "replay capacity in steps", ge=2)
     eval_every: int = _f(10_000, "evaluate every N env steps (ACE protocol)", ge=1)
@@ -80,8 +96,10 @@ class ACEConfig(DeterministicActorCriticConfig):
     """ACE and its variants (Zhang & Yao 2019): actor ensemble + latent tree search."""
 
     num_actors: int = _f(5, "ensemble size N", ge=1)
-    shared_actor_layer: bool = _f(True, "the N actors share their hidden layer (paper); "
-                                  "False gives each its own (authors' code)")
+    shared_actor_layer: bool = _f(
+        False, "the N actors share one hidden layer (the paper's text); False gives each actor "
+        "its own 300-unit hidden layer (the authors' code, DeepRL ACE branch ActorModel: the "
+        "default, since shared layers collapse the actors onto one action)")
     plan_depth: int = _f(1, "tree-search depth d (0 = Ensemble-DDPG)", ge=0, le=4)
     encoder_size: int = _f(400, "latent size of the shared encoder f_enc", ge=1)
     hidden: int = _f(300, "hidden units of f_q, f_rew, f_trans and the actors' shared layer", ge=1)
@@ -185,10 +203,7 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any], where: str) -> Any:
     for k, v in overrides.items():
         key = k.replace("-", "_")
         if key not in names:
-            import difflib
-
-            close = difflib.get_close_matches(key, sorted(names), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            hint = did_you_mean(key, sorted(names))
             raise OffpolicyError(
                 f"{where}: unknown key '{k}'{hint} (valid: {', '.join(sorted(names))})")
         setattr(cfg, key, coerce(type(cfg), key, v, f"{where}.{k}"))

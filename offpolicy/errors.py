@@ -10,3 +10,11 @@ class OffpolicyError(Exception):
 
 class NonFiniteError(OffpolicyError):
     """NaN or inf in observations, rewards, losses or parameters."""
+
+
+def did_you_mean(word: str, choices, n: int = 3, cutoff: float = 0.6) -> str:
+    """'; did you mean a, b?' for the choices close to ``word``, or '' (for error messages)."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=n, cutoff=cutoff)
+    return f"; did you mean {', '.join(close)}?" if close else ""

@@ -11,15 +11,32 @@ import numpy as np
 from offpolicy.errors import OffpolicyError
 
 
+def read_eval_csv(path: Path) -> list[dict[str, float]]:
+    """The rows of an eval.csv as floats (the one reader for the file: plots, tables, runs)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v not in (None, "")}
+                for row in csv.DictReader(f)]
+
+
+def last_eval(path: Path) -> tuple[int, float]:
+    """(step, return_mean) of the newest row of an eval.csv, or (-1, nan)."""
+    rows = read_eval_csv(path)
+    if not rows:
+        return -1, float("nan")
+    return int(rows[-1]["step"]), rows[-1]["return_mean"]
+
+
 def read_eval(run_dir: str | Path) -> dict[str, np.ndarray]:
     path = Path(run_dir) / "eval.csv"
     if not path.exists():
         raise OffpolicyError(f"no eval.csv in {run_dir}")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_eval_csv(path)
     if not rows:
         raise OffpolicyError(f"{path} has no evaluations yet")
-    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+    return {k: np.array([r[k] for r in rows]) for k in rows[0]}
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import copy
-import difflib
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from offpolicy import config as C
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import OffpolicyError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
 
 def get(name: str) -> Algorithm:
     if name not in ALGORITHMS:
-        close = difflib.get_close_matches(name, list(ALGORITHMS), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = did_you_mean(name, ALGORITHMS)
         raise OffpolicyError(
             f"unknown algorithm '{name}'{hint} (valid: {', '.join(ALGORITHMS)})")
     return ALGORITHMS[name]
@@ -81,6 +79,33 @@ class RunConfig:
         d = {"algo": self.algo, "preset": self.preset, "train": C.to_dict(self.train)}
         d[self.section] = C.to_dict(self.agent)
         return d
+
+    # training fields a resumed run may change; every other field must match the saved run
+    RESUME_CHANGEABLE = frozenset({"steps", "quiet", "checkpoint_every", "log_every"})
+
+    def resumed_with(self, requested: RunConfig, train_fields: set[str] = frozenset(),
+                     agent_fields: set[str] = frozenset(), where: str = "the run") -> RunConfig:
+        """This (saved) run continued with what the user set now: ``requested`` holds the
+        newly resolved config and ``train_fields`` / ``agent_fields`` the names set
+        explicitly (by flag, file or preset). Changing an algorithm or any field outside
+        :attr:`RESUME_CHANGEABLE` raises; the changeable ones are taken over."""
+        if requested.algo != self.algo:
+            raise OffpolicyError(f"cannot resume: {where} is a {self.algo} run, "
+                                 f"not {requested.algo}")
+        new_t, old_t = C.to_dict(requested.train), C.to_dict(self.train)
+        new_a, old_a = C.to_dict(requested.agent), C.to_dict(self.agent)
+        changed = [k for k in train_fields if k in new_t and new_t[k] != old_t[k]
+                   and k not in self.RESUME_CHANGEABLE]
+        changed += [f"{self.section}.{k}" for k in agent_fields
+                    if k in new_a and new_a[k] != old_a[k]]
+        if changed:
+            raise OffpolicyError(
+                f"cannot change {', '.join(sorted(changed))} when resuming {where} "
+                f"(changeable: {', '.join(sorted(self.RESUME_CHANGEABLE))})")
+        out = copy.deepcopy(self)
+        for k in self.RESUME_CHANGEABLE & set(train_fields):
+            setattr(out.train, k, getattr(requested.train, k))
+        return out
 
     @staticmethod
     def from_dict(d: dict[str, Any], where: str = "config") -> RunConfig:

@@ -105,3 +105,17 @@ def tiny_run(algo: str = "ddpg", env: str = "Pendulum-v1", seed: int = 0, **over
     train, agent = _split_overrides(algo, {**TINY_OVERRIDES, **overrides})
     train.update(env=env, seed=seed)
     return resolve(algo, train_overrides=train, agent_overrides=agent)
+
+
+def signal_when(predicate, proc: subprocess.Popen, sig: int,
+                timeout: float = SUBPROCESS_TIMEOUT) -> tuple[str, str]:
+    """Send ``sig`` to ``proc`` once ``predicate()`` holds; return its (stdout, stderr)."""
+    try:
+        wait_for(predicate, proc, timeout)
+        assert proc.poll() is None, "the run finished before the signal"
+        proc.send_signal(sig)
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -8,7 +8,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OFFPOLICY_CACHE_DIR", str(Path.home() / ".cache" / "offpolicy" / "jax"))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from offpolicy.envs.platform import _backends_started, configure_jax  # noqa: E402
+from offpolicy.jax_setup import _backends_started, configure_jax  # noqa: E402
 
 assert not _backends_started(), "XLA must start after configure_jax() (XLA_FLAGS defaults)"
 configure_jax()

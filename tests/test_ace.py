@@ -58,6 +58,9 @@ class Ref:
         return h + np.tanh(self.za("trans_z", "trans_a", h, a))
 
     def mu(self, z, i):
+        if "actor_w1" in self.p:  # each actor its own hidden layer (the default)
+            hid = np.tanh(z @ self.p["actor_w1"][i] + self.p["actor_b1"][i])
+            return np.tanh(hid @ self.p["actor_w2"][i] + self.p["actor_b2"][i])
         out = self.dense("actor_out", np.tanh(self.dense("actor_hidden", z)))
         return np.tanh(out.reshape(self.N, -1)[i])
 
@@ -70,9 +73,10 @@ class Ref:
                                               for i in range(self.N))
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["separate", "shared"])
 @pytest.mark.parametrize("depth", [0, 1, 2])
-def test_tree_search_matches_python_recursion(depth):
-    agent = make_agent(plan_depth=max(depth, 1))
+def test_tree_search_matches_python_recursion(depth, shared):
+    agent = make_agent(plan_depth=max(depth, 1), shared_actor_layer=shared)
     p = random_params(agent, seed=depth)
     ref = Ref(p, agent.num_actors)
     rng = np.random.default_rng(depth)
@@ -152,7 +156,7 @@ def test_actor_gradient_flows_through_root_actions_only(algo, depth):
     p = random_params(agent, seed=3)
     obs = np.random.default_rng(1).normal(size=(3, OBS)).astype(np.float32)
     w = jnp.ones((3, agent.num_actors))
-    got = jax.grad(agent.actor_loss)(agent._actor_part(p), p, obs, w)
+    got = jax.grad(agent.actor_loss, has_aux=True)(agent._actor_part(p), p, obs, w)[0]
     want = _hand_actor_grad(agent, p, obs, np.ones((3, agent.num_actors)))
     for k in got:
         if k == "enc":
@@ -168,20 +172,21 @@ def test_actor_gradient_flows_through_root_actions_only(algo, depth):
 
 
 def test_ace_alt_updates_only_the_selected_actor():
-    agent = make_agent("ace-alt")
+    agent = make_agent("ace-alt", shared_actor_layer=True)
     p = random_params(agent, seed=5)
     batch = {"obs": np.random.default_rng(2).normal(size=(4, OBS)).astype(np.float32),
              "actor": np.array([1, 1, -1, 1], np.int32)}
-    g = jax.grad(agent.actor_loss)(agent._actor_part(p), p, batch["obs"],
-                                   agent.actor_weights(batch))
+    g = jax.grad(agent.actor_loss, has_aux=True)(agent._actor_part(p), p, batch["obs"],
+                                                 agent.actor_weights(batch))[0]
     out = np.asarray(g["actor_out"]["kernel"]).reshape(agent.config.hidden, agent.num_actors, M)
     bias = np.asarray(g["actor_out"]["bias"]).reshape(agent.num_actors, M)
     assert np.abs(out[:, 1]).max() > 1e-6 and np.abs(bias[1]).max() > 1e-6
     for j in (0, 2):
         assert np.all(out[:, j] == 0) and np.all(bias[j] == 0)
     # and ACE (all actors) gives every actor a gradient
-    ace = make_agent("ace")
-    g = jax.grad(ace.actor_loss)(ace._actor_part(p), p, batch["obs"], ace.actor_weights(batch))
+    ace = make_agent("ace", shared_actor_layer=True)
+    g = jax.grad(ace.actor_loss, has_aux=True)(ace._actor_part(p), p, batch["obs"],
+                                               ace.actor_weights(batch))[0]
     out = np.asarray(g["actor_out"]["kernel"]).reshape(ace.config.hidden, ace.num_actors, M)
     assert all(np.abs(out[:, j]).max() > 1e-6 for j in range(3))
 
@@ -197,7 +202,7 @@ def test_tm_ace_trains_q_alone_with_transition_loss():
              "next_obs": rng.normal(size=(8, OBS)).astype(np.float32),
              "discount": np.ones(8, np.float32), "actor": np.zeros(8, np.int32)}
     state = jax.tree_util.tree_map(jnp.array, state)
-    _, metrics = agent.update(state, batch)
+    _, metrics, _ = agent.update(state, batch, jax.random.PRNGKey(0))
     assert {"transition_loss", "reward_loss", "critic_loss"} <= set(metrics)
     # the transition loss is 1/2 mean ||f_trans(z, a) - f_enc'(s')||^2
     p = state["params"]
@@ -214,7 +219,7 @@ def test_policy_picks_argmax_of_tree_value_and_reports_actor():
     p = random_params(agent, seed=7)
     ref = Ref(p, agent.num_actors)
     obs = np.random.default_rng(3).normal(size=(5, OBS)).astype(np.float32)
-    action, info = agent.policy(p, obs)
+    action, info = agent.policy(p, obs, jax.random.PRNGKey(0), False)
     for b in range(5):
         z = ref.enc(obs[b])
         vals = [ref.q_d(z, ref.mu(z, i), 1) for i in range(agent.num_actors)]
@@ -225,13 +230,13 @@ def test_policy_picks_argmax_of_tree_value_and_reports_actor():
 
 @pytest.mark.parametrize("algo", ["ace", "ace-alt", "tm-ace", "ensemble-ddpg"])
 def test_update_compiles_once_and_runs(tmp_path, algo):
-    from offpolicy.training.loop import Trainer
+    from offpolicy.training.run import Run
 
     run = registry.resolve(algo, train_overrides={
         "env": "Pendulum-v1", "steps": 300, "batch_size": 16, "eval_every": 300,
         "eval_episodes": 1, "log_every": 100, "quiet": True},
         agent_overrides={"encoder_size": 16, "hidden": 16, "num_actors": 3})
-    t = Trainer(run, tmp_path / "run")
+    t = Run(run, tmp_path / "run")
     summary = t.train()
     assert summary["status"] == "completed" and t.step == 300
     assert t.compile_count == 1
@@ -239,6 +244,12 @@ def test_update_compiles_once_and_runs(tmp_path, algo):
     assert chosen.min() >= 0 and chosen.max() < 3
     header = (tmp_path / "run" / "train.csv").read_text().splitlines()[0]
     assert "critic_loss" in header and "actor_loss" in header
+    # actor-diversity diagnostics, returned by the update as arrays (no reads of the run)
+    rows = (tmp_path / "run" / "train.csv").read_text().splitlines()
+    cols = dict(zip(header.split(","), rows[-1].split(","), strict=True))
+    assert float(cols["action_spread"]) >= 0
+    shares = [float(cols[f"chosen_fraction_{i}"]) for i in range(3)]
+    assert sum(shares) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_cli_eval_per_actor_prints_one_row_per_actor(tmp_path):

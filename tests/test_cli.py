@@ -232,7 +232,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     assert agent.step == step
     import jax
 
-    leaves = jax.tree_util.tree_leaves(agent.trainer.state)
+    leaves = jax.tree_util.tree_leaves(agent.run.state)
     assert leaves and all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
     # eval.csv ends at or before the checkpoint (no row from the diverged run)
     rows = read_csv(run / "eval.csv")

@@ -8,14 +8,14 @@ minutes each and are marked slow (`make test-slow`): final return >= -250 after 
 import pytest
 
 from offpolicy import registry
-from offpolicy.training.loop import Trainer
+from offpolicy.training.run import Run
 
 
 def train_pendulum(tmp_path, algo, seed=0, steps=20_000, **agent):
     run = registry.resolve(algo, train_overrides={
         "env": "Pendulum-v1", "steps": steps, "seed": seed, "eval_every": steps,
         "eval_episodes": 10, "quiet": True}, agent_overrides=agent)
-    return Trainer(run, tmp_path / algo).train()
+    return Run(run, tmp_path / algo).train()
 
 
 def test_ddpg_learns_pendulum(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 
+import jax
 import numpy as np
 import pytest
 import toy_envs
@@ -15,6 +16,7 @@ from _helpers import (
     latest_step,
     read_csv,
     run_cli,
+    signal_when,
     start_cli,
     tiny_run,
     wait_for,
@@ -24,7 +26,7 @@ import offpolicy
 from offpolicy.errors import OffpolicyError
 from offpolicy.registry import RunConfig
 from offpolicy.replay.storage import ReplayBuffer
-from offpolicy.training.loop import Trainer
+from offpolicy.training.run import Run
 
 
 def _replay_meta(ckpt_dir) -> dict:
@@ -42,7 +44,7 @@ def _ckpt_dir(run_dir, step=None):
 def test_update_compiles_exactly_once(normalize):
     run = tiny_run(steps=400, eval_every=150, log_every=100, checkpoint_every=10_000,
                    normalize_obs=normalize, normalize_reward=normalize)
-    t = Trainer(run, None)
+    t = Run(run, None)
     assert t.compile_count == 0
     summary = t.train(until=300)
     assert summary["status"] == "completed" and t.step == 300
@@ -91,15 +93,15 @@ class _SampleSpy:
         self.fn, self.batches = fn, []
 
     def __call__(self, *args, **kwargs):
-        batch = self.fn(*args, **kwargs)
+        idx, batch = self.fn(*args, **kwargs)
         self.batches.append({k: np.array(v) for k, v in batch.items()})
-        return batch
+        return idx, batch
 
 
 def _run_toy(env_id, steps=200):
     run = tiny_run(env=f"toy_envs:{env_id}", steps=steps, eval_every=10_000, log_every=100,
                    checkpoint_every=10_000)
-    t = Trainer(run, None)
+    t = Run(run, None)
     spy = _SampleSpy(t.replay.sample)
     t.replay.sample = spy
     t.train(until=steps)
@@ -139,7 +141,7 @@ def test_truncation_bootstraps_termination_does_not(env_id):
     assert seen_last > 0
     # ... and in the DDPG target: y = r on termination, r + gamma Q'(s', mu'(s')) otherwise
     batch = rb.gather(idx[last])
-    _, m = t.agent.update(t.state, batch)
+    _, m, _ = t.agent.update(t.state, batch, jax.random.PRNGKey(0))
     gap = float(m["target_mean"]) - float(np.mean(batch["reward"]))
     if terminate:
         assert gap == pytest.approx(0.0, abs=1e-5)
@@ -180,14 +182,15 @@ def test_resume_after_sigkill(tmp_path):
     saved.load(ckpt / "replay.npz")
     listing = sorted(p.name for p in run_dir.rglob("*"))
     run = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
-    t = Trainer(run, run_dir, resume=True)
-    assert t.step == step and t.episodes == meta["episodes"]
+    t = Run(run, run_dir, resume=True)
+    assert t.step == step and t.episodes == meta["collector"]["episodes"]
     assert len(t.replay) == rmeta["num_valid"] and t.replay.size == rmeta["size"]
     assert t.replay.head == rmeta["head"] and not t.replay._open
     for k in ("obs", "action", "reward", "terminated", "truncated", "valid"):
         np.testing.assert_array_equal(getattr(t.replay, k), getattr(saved, k), err_msg=k)
     assert t.replay.rng.bit_generator.state == saved.rng.bit_generator.state
-    assert t.rng.bit_generator.state == meta["rng"]
+    assert t.collector.rng.bit_generator.state == meta["collector"]["rng"]
+    assert t.collector.noise.state_dict() == meta["collector"]["noise"]
     del t
     assert sorted(p.name for p in run_dir.rglob("*")) == listing  # constructing wrote nothing
 
@@ -202,7 +205,7 @@ def test_resume_after_sigkill(tmp_path):
     # the resumed replay started from the checkpoint's transitions and added the rest
     assert final["num_valid"] == 3000
     final_meta = json.loads((_ckpt_dir(run_dir, 3000) / "meta.json").read_text())
-    assert final_meta["episodes"] >= meta["episodes"]
+    assert final_meta["collector"]["episodes"] >= meta["collector"]["episodes"]
 
 
 # ---------------------------------------------------------------------- (e) Ctrl-C
@@ -210,16 +213,8 @@ def test_sigint_leaves_resumable_checkpoint(tmp_path):
     run_dir = tmp_path / "E"
     args = TRAIN_3000
     p = start_cli(*args, "--run-dir", "E", cwd=tmp_path)
-    try:
-        # a first checkpoint proves the loop (and its signal handler) is running
-        wait_for(lambda: (latest_step(run_dir) or 0) >= 500, p)
-        assert p.poll() is None, "the run finished before it could be interrupted"
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=SUBPROCESS_TIMEOUT)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    # a first checkpoint proves the loop (and its signal handler) is running
+    _, err = signal_when(lambda: (latest_step(run_dir) or 0) >= 500, p, signal.SIGINT)
     assert p.returncode == 130, err
     assert "Traceback" not in err
     assert "interrupted at step" in err and "--resume" in err
@@ -245,11 +240,11 @@ def test_api_make_learn_save_load_act(tmp_path):
     assert summary["status"] == "completed" and summary["step"] == 600 == agent.step
     assert np.isfinite(summary["final_return"])
     # learn() evaluates on the eval_every schedule only; a second call continues the episode
-    assert [r["step"] for r in agent.trainer.eval_history] == [500]
-    resets = agent.trainer.resets
+    assert [r["step"] for r in agent.run.eval_history] == [500]
+    resets = agent.run.collector.resets
     agent.learn(100)
-    assert agent.trainer.resets == resets and agent.step == 700
-    assert agent.trainer.replay.num_valid == 700
+    assert agent.run.collector.resets == resets and agent.step == 700
+    assert agent.run.replay.num_valid == 700
 
     env = gym.make("Pendulum-v1")
     observations = [env.reset(seed=s)[0] for s in range(5)]

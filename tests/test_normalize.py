@@ -4,7 +4,7 @@ import numpy as np
 
 from offpolicy import registry
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler, RunningMeanStd
-from offpolicy.training.loop import Trainer
+from offpolicy.training.run import Run
 
 
 def test_running_mean_std_matches_numpy_over_chunks():
@@ -48,11 +48,11 @@ def test_normalised_run_saves_and_restores_statistics(tmp_path):
             "eval_episodes": 1, "checkpoint_every": 300, "normalize_obs": True,
             "normalize_reward": True, "quiet": True}
     run = registry.resolve("ddpg", train_overrides=over, agent_overrides={"hidden": (16, 16)})
-    t = Trainer(run, tmp_path / "r")
+    t = Run(run, tmp_path / "r")
     t.train()
     assert t.obs_norm.rms.count > 300 and t.reward_scale.rms.count > 300
     run.train.steps = 400
-    t2 = Trainer(run, tmp_path / "r", resume=True)
+    t2 = Run(run, tmp_path / "r", resume=True)
     np.testing.assert_array_equal(t2.obs_norm.rms.mean, t.obs_norm.rms.mean)
     np.testing.assert_array_equal(t2.reward_scale.rms.var, t.reward_scale.rms.var)
     assert t2.train()["step"] == 400

@@ -100,7 +100,7 @@ def check_samples(buf, ref, batch_size=64, extras=False):
     assert len(buf) == len(table)
     if not table:
         return set()
-    batch = buf.sample(batch_size)
+    batch = buf.sample(batch_size)[1]
     recent = {t["obs"].tobytes() for t in ref.transitions[-buf.capacity:]}
     seen = set()
     for j in range(batch_size):
@@ -146,7 +146,7 @@ def test_final_observation_slot_is_never_a_transition():
     buf.add([0.2], 2.0, False, False, np.array([11.0]))
     assert len(buf) == 2
     for _ in range(50):
-        b = buf.sample(4)
+        b = buf.sample(4)[1]
         assert set(b["obs"][:, 0].tolist()) <= {0.0, 10.0}
         pairs = set(zip(b["obs"][:, 0].tolist(), b["next_obs"][:, 0].tolist(), strict=True))
         assert pairs <= {(0.0, 1.0), (10.0, 11.0)}
@@ -161,7 +161,7 @@ def test_len_counts_resident_transitions_after_wrap():
     assert buf.size == 5
     rewards = set()
     for _ in range(30):
-        rewards |= set(buf.sample(8)["reward"].tolist())
+        rewards |= set(buf.sample(8)[1]["reward"].tolist())
     assert rewards == {8.0, 9.0, 10.0, 11.0}
 
 
@@ -177,7 +177,7 @@ def test_terminated_discount_zero_truncated_discount_one():
     expected = {1.0: 0.0, 2.0: 1.0, 3.0: 1.0, 4.0: 0.0, 13.0: 0.0}
     got = {}
     for _ in range(40):
-        b = buf.sample(16)
+        b = buf.sample(16)[1]
         assert b["discount"].dtype == np.float32
         for r, d in zip(b["reward"].tolist(), b["discount"].tolist(), strict=True):
             got.setdefault(r, set()).add(d)
@@ -194,7 +194,7 @@ def test_sample_returns_documented_fields():
     buf = ReplayBuffer(8, (1,), 1)
     buf.start_episode(np.zeros(1))
     buf.add([0.0], 1.0, True, False, np.ones(1))
-    b = buf.sample(2)
+    b = buf.sample(2)[1]
     assert set(b) == {"obs", "action", "reward", "next_obs", "discount"}
     assert np.all(b["discount"] == 0.0)
 
@@ -230,7 +230,7 @@ def test_extras_stored_and_sampled_with_their_transition():
     drive(buf, ref, rng, n_episodes=40, max_len=12, extras=True, leave_open=True)
     seen = set()
     for _ in range(30):
-        b = buf.sample(32)
+        b = buf.sample(32)[1]
         assert b["actor"].dtype == np.int32 and b["actor"].shape == (32,)
         assert b["mean"].dtype == np.float32 and b["mean"].shape == (32, ACT_DIM)
         assert b["std"].shape == (32, ACT_DIM)
@@ -251,19 +251,19 @@ def test_misuse_errors():
     with pytest.raises(OffpolicyError, match="start_episode"):
         buf.add([0.0], 0.0, False, False, np.zeros(2))
     with pytest.raises(OffpolicyError, match="empty"):
-        buf.sample(4)
+        buf.sample(4)[1]
     buf.start_episode(np.zeros(2))
     buf.add([0.0], 0.0, True, False, np.zeros(2))
     with pytest.raises(OffpolicyError, match="start_episode"):  # the episode has ended
         buf.add([0.0], 0.0, False, False, np.zeros(2))
     with pytest.raises(OffpolicyError, match="length"):
-        buf.sample_sequences(4, 0)
+        buf.sample_sequences(4, 0)[1]
 
 
 # ---------------------------------------------------------------------- (e) sequences
 def check_sequences(buf, ref, batch_size, length, extras):
     table = ref.by_obs()
-    out = buf.sample_sequences(batch_size, length)
+    out = buf.sample_sequences(batch_size, length)[1]
     T, B = length, batch_size
     assert out["obs"].shape == (T + 1, B, OBS_DIM)
     assert out["action"].shape == (T, B, ACT_DIM)
@@ -336,7 +336,7 @@ def test_sample_sequences_stop_at_open_episode_head():
     buf.start_episode(np.zeros(1))
     for i in range(3):
         buf.add([float(i)], float(i), False, False, np.full(1, i + 1.0))
-    out = buf.sample_sequences(20, 5)
+    out = buf.sample_sequences(20, 5)[1]
     for b in range(20):
         r0 = int(out["reward"][0, b])
         np.testing.assert_array_equal(out["mask"][:, b], [1.0] * (3 - r0) + [0.0] * (2 + r0))
@@ -359,7 +359,7 @@ def _filled(seed=0, cap=29, episodes=25, leave_open=True):
     ref = Ref(cap)
     drive(buf, ref, rng, n_episodes=episodes, max_len=9, extras=True, leave_open=leave_open)
     for _ in range(3):
-        buf.sample(5)  # advance the sampling RNG
+        buf.sample(5)[1]  # advance the sampling RNG
     return buf, ref
 
 
@@ -369,6 +369,7 @@ def _assert_same_buffer(a, b):
     for k in a.extras:
         np.testing.assert_array_equal(a.extras[k], b.extras[k], err_msg=k)
     assert (a.head, a.size, a.num_valid, a._open) == (b.head, b.size, b.num_valid, b._open)
+    assert [list(q) for q in a._starts] == [list(q) for q in b._starts]
     assert a.rng.bit_generator.state == b.rng.bit_generator.state
 
 
@@ -383,11 +384,11 @@ def test_save_load_round_trip_is_exact(tmp_path, episodes, leave_open):
     _assert_same_buffer(buf, new)
     # the next samples after load equal the original's next samples (RNG state restored)
     for _ in range(3):
-        x, y = buf.sample(16), new.sample(16)
+        x, y = buf.sample(16)[1], new.sample(16)[1]
         assert set(x) == set(y)
         for k in x:
             np.testing.assert_array_equal(x[k], y[k], err_msg=k)
-    s1, s2 = buf.sample_sequences(8, 4), new.sample_sequences(8, 4)
+    s1, s2 = buf.sample_sequences(8, 4)[1], new.sample_sequences(8, 4)[1]
     for k in s1:
         np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
     # writing continues identically

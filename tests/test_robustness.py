@@ -10,7 +10,7 @@ from _helpers import assert_one_line_error, run_cli
 from offpolicy import registry
 from offpolicy.errors import NonFiniteError
 from offpolicy.training import checkpoint
-from offpolicy.training.loop import Trainer
+from offpolicy.training.run import Run
 
 
 def test_second_save_at_the_same_step_never_removes_the_pointed_checkpoint(tmp_path):
@@ -29,7 +29,7 @@ def test_state_stays_usable_after_a_failure_mid_run(tmp_path):
     run = registry.resolve("ddpg", train_overrides={
         "env": "toy_envs:NaNObs-v0", "steps": 100, "batch_size": 4, "eval_every": 100,
         "quiet": True}, agent_overrides={"hidden": (8, 8)})
-    t = Trainer(run, None)
+    t = Run(run, None)
     with pytest.raises(NonFiniteError):
         t.train()
     from offpolicy.api import Agent

@@ -79,3 +79,39 @@ _register("NaNObs-v0", k=50, nan_obs_at=NAN_AT)
 _register("NaNReward-v0", k=50, nan_reward_at=NAN_AT)
 _register("HugeReward-v0", k=50, huge_reward_after=HUGE_AFTER)
 _register("DiscreteToy-v0", k=EPISODE_STEPS, discrete=True)
+
+
+GUESS_CHOICES = 3
+GUESS_STEPS = 8
+
+
+class GuessEnv(gym.Env):
+    """A contextual bandit in episodes of ``GUESS_STEPS`` steps, for the stochastic toy agent:
+    the observation is the one-hot of a target in [0, 3); action == target pays 1, else 0.
+    A random policy earns 8/3 per episode, the optimal one 8."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Box(0.0, 1.0, (GUESS_CHOICES,), np.float32)
+        self.action_space = spaces.Discrete(GUESS_CHOICES)
+        self.t, self.target = 0, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.eye(GUESS_CHOICES, dtype=np.float32)[self.target]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.target = int(self.np_random.integers(GUESS_CHOICES))
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.target)
+        self.t += 1
+        self.target = int(self.np_random.integers(GUESS_CHOICES))
+        return self._obs(), reward, False, self.t >= GUESS_STEPS, {}
+
+
+if "ToyGuess-v0" not in gym.registry:
+    gym.register("ToyGuess-v0", entry_point=GuessEnv)

@@ -1,2 +1,3 @@
-"""Agents: one file per family. Each exposes init(key), a pure update(state, batch),
-acting_params(state), policy(params, obs) and make_actor(seed); none touches an env."""
+"""Agents: one file per family, each implementing the protocol of ``agents/base.py``
+(data spec, behaviour and write-back fields, init, policy, update, acting_params); none
+touches an environment."""

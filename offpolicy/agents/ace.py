@@ -41,13 +41,24 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from offpolicy.agents.acting import DeterministicActor, make_noise
+from offpolicy.agents.acting import NoiseSpec
+from offpolicy.agents.base import transitions
 from offpolicy.config import ACEConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import ACTIVATIONS, final_init, hidden_init, soft_update, zeros
 
 Q_OUT_SCALE = 3e-3  # authors' code: f_q and actor output layers orthogonal x 3e-3
 ACTOR_OUT_SCALE = 3e-3
+
+# Every parameter module of ACENetwork and the optimiser (role) it belongs to. The encoder is
+# the critic's (trained by L_Q); with actor_trains_encoder the actors' gradient also reaches it.
+PARAM_ROLES = {
+    "enc": "critic", "q_z": "critic", "q_a": "critic", "q_out": "critic",
+    "rew_z": "critic", "rew_a": "critic", "rew_out": "critic",
+    "trans_1": "critic", "trans_z": "critic", "trans_a": "critic",
+    "actor_hidden": "actor", "actor_out": "actor",
+    "actor_w1": "actor", "actor_b1": "actor", "actor_w2": "actor", "actor_b2": "actor",
+}
 
 
 def _stacked_orthogonal(scale: float):
@@ -144,7 +155,11 @@ class ACENetwork(nn.Module):
 
 
 class ACE:
-    """ACE family agent: ``init``, pure ``update``, ``policy`` (tree-search argmax)."""
+    """ACE family agent (the protocol of ``agents/base.py``): learns from transitions, records
+    the chosen actor as behaviour info, writes nothing back; host-side OU noise."""
+
+    data = transitions()
+    writeback_fields: dict = {}
 
     def __init__(self, config: ACEConfig, obs_shape: tuple[int, ...], spec: ActionSpec):
         c = config
@@ -157,7 +172,8 @@ class ACE:
         # training depth: TM-ACE trains f_q alone and searches only when acting (Algorithm 2)
         self.train_depth = 0 if self.transition_model else c.plan_depth
         self.act_depth = c.plan_depth
-        self.replay_extras = {"actor": ((), np.int32)}
+        self.behaviour_fields = {"actor": ((), np.int32)}
+        self.exploration_noise = NoiseSpec(c.noise, c.noise_sigma, c.noise_theta, c.noise_dt)
         self.actor_opt = optax.adam(c.actor_lr)
         self.critic_opt = optax.adam(c.critic_lr)
 
@@ -165,17 +181,20 @@ class ACE:
     def _call(self, params, method, *args, **kw):
         return self.net.apply({"params": params}, *args, method=method, **kw)
 
-    def _is_actor(self, name: str) -> bool:
-        return name.startswith("actor")
+    def _role(self, name: str) -> str:
+        if name not in PARAM_ROLES:
+            raise KeyError(f"ACE parameter module '{name}' has no role in PARAM_ROLES")
+        return PARAM_ROLES[name]
 
     def _actor_part(self, p: dict) -> dict:
-        keys = [k for k in p if self._is_actor(k)]
+        """The parameters the actor optimiser updates (routed by role, PARAM_ROLES)."""
+        keys = [k for k in p if self._role(k) == "actor"]
         if self.config.actor_trains_encoder:
             keys.append("enc")
         return {k: p[k] for k in keys}
 
     def _critic_part(self, p: dict) -> dict:
-        return {k: v for k, v in p.items() if not self._is_actor(k)}
+        return {k: v for k, v in p.items() if self._role(k) == "critic"}
 
     def init(self, key: jax.Array) -> dict[str, Any]:
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
@@ -241,9 +260,9 @@ class ACE:
         z = self._call(p, ACENetwork.encode, obs)
         b = self._call(p, ACENetwork.actors, z)  # [B, N, m]
         v = self.q_tree(p, jax.lax.stop_gradient(z), b, self.train_depth)  # [B, N]
-        return -jnp.sum(jnp.mean(v * weights, axis=0))
+        return -jnp.sum(jnp.mean(v * weights, axis=0)), (v, b)
 
-    def update(self, state: dict, batch: dict) -> tuple[dict, dict]:
+    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         params, target = state["params"], state["target"]
         y = self.bootstrap_target(target, batch)
         cp = self._critic_part(params)
@@ -253,23 +272,33 @@ class ACE:
         params = {**params, **optax.apply_updates(cp, upd)}
 
         ap = self._actor_part(params)
-        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, params, batch["obs"],
-                                                           self.actor_weights(batch))
+        (a_loss, (v, b)), grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
+            ap, params, batch["obs"], self.actor_weights(batch))
         upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
         params = {**params, **optax.apply_updates(ap, upd)}
 
         new_state = {"params": params, "target": soft_update(target, params, self.config.tau),
                      "actor_opt": actor_opt, "critic_opt": critic_opt}
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "target_mean": jnp.mean(y),
-                   **aux}
-        return new_state, metrics
+                   **aux, **self.diversity(v, b)}
+        return new_state, metrics, {}
+
+    def diversity(self, v: jax.Array, b: jax.Array) -> dict[str, jax.Array]:
+        """Actor-diversity diagnostics on the batch (before this update's actor step):
+        ``action_spread``, the std of the N proposed actions across actors, averaged over
+        states and action dimensions; ``chosen_fraction`` [N], how often each actor has the
+        highest f_q^d value (the one acting would choose, Eq. 8)."""
+        spread = jnp.mean(jnp.std(b, axis=1))
+        chosen = jnp.mean(jax.nn.one_hot(jnp.argmax(v, axis=-1), self.num_actors), axis=0)
+        return {"action_spread": spread, "chosen_fraction": chosen}
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> dict:
         return state["params"]
 
-    def policy(self, params: dict, obs: jax.Array):
-        """Eq. (8) with f_q^d: the proposal with the highest tree-search value."""
+    def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
+        """Eq. (8) with f_q^d: the proposal with the highest tree-search value (greedy; the
+        exploration noise is added on the host)."""
         z = self._call(params, ACENetwork.encode, obs)
         b = self._call(params, ACENetwork.actors, z)  # [B, N, m]
         v = self.q_tree(params, z, b, self.act_depth)  # [B, N]
@@ -282,22 +311,8 @@ class ACE:
         if not 0 <= i < self.num_actors:
             raise ValueError(f"actor index {i} out of range [0, {self.num_actors})")
 
-        def policy(params, obs):
+        def policy(params, obs, key, explore):
             z = self._call(params, ACENetwork.encode, obs)
             return self._call(params, ACENetwork.actors, z)[:, i], {}
 
-        return jax.jit(policy)
-
-    def make_actor(self, seed: int) -> DeterministicActor:
-        c = self.config
-        rng = np.random.Generator(np.random.PCG64(seed))
-        noise = make_noise(c.noise, self.spec.dim, c.noise_sigma, c.noise_theta, c.noise_dt, rng)
-        return DeterministicActor(self.policy, noise, seed)
-
-    def log_extras(self, trainer, logger) -> None:
-        """Histogram of the actor chosen over the last logging interval."""
-        n = min(trainer.train_cfg.log_every, trainer.replay.size)
-        idx = (trainer.replay.head - 1 - np.arange(n)) % trainer.replay.capacity
-        chosen = trainer.replay.extras["actor"][idx][trainer.replay.valid[idx]]
-        chosen = chosen[chosen >= 0]
-        logger.log_histogram("train/chosen_actor", chosen, trainer.step)
+        return policy

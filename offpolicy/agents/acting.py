@@ -1,105 +1,120 @@
-"""Host-side acting: a jitted deterministic policy on the CPU plus exploration noise in NumPy.
+"""Acting: the jitted policy on the host CPU, and host-side exploration noise.
 
 Acting costs microseconds only if it never waits on a device round trip, so the policy runs on
-the host CPU device (parameters are copied there when the default backend is a GPU) and the
-noise processes are NumPy, seeded, with their state in checkpoints.
+the host CPU device (parameters are copied there when the default backend is a GPU). Keys for
+stochastic policies are split inside the jitted call, never per step in Python.
+
+Exploration comes in two forms:
+
+* stochastic policies sample inside ``policy(params, obs, key, explore=True)`` with the actors
+  of ``offpolicy.distributions`` (Gaussian, truncated Gaussian, categorical, epsilon-greedy,
+  hybrid) and record what they sampled;
+* deterministic policies (DDPG, ACE) return their greedy action and the collector adds
+  :class:`HostNoise` (Ornstein-Uhlenbeck or Gaussian, one process per env copy, in NumPy,
+  seeded, with its state in checkpoints). OU noise is correlated over the steps of an episode,
+  which is why it lives on the host next to the episode bookkeeping. With ``record=True`` the
+  noise records the behaviour density of the action it produced: a Gaussian with mean = the
+  greedy action and std = sigma (used by ReF-ER's DDPG, where mu and pi are such Gaussians).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
 
-from offpolicy.envs.platform import host_device
+from offpolicy.jax_setup import host_device
+
+NOISE_KINDS = ("ou", "gaussian", "none")
 
 
-class OUNoise:
-    """Ornstein-Uhlenbeck process x += theta (mu - x) dt + sigma sqrt(dt) N(0, 1), reset per
-    episode (Lillicrap et al. 2016; dt = 1e-2 as in DeepRL and SB3)."""
+@dataclass(frozen=True)
+class NoiseSpec:
+    """Additive exploration noise of a deterministic policy."""
 
-    def __init__(self, dim: int, sigma: float, theta: float, dt: float, rng: np.random.Generator):
-        self.dim, self.sigma, self.theta, self.dt, self.rng = dim, sigma, theta, dt, rng
-        self.x = np.zeros(dim, np.float64)
-
-    def reset(self) -> None:
-        self.x = np.zeros(self.dim, np.float64)
-
-    def __call__(self) -> np.ndarray:
-        self.x = (self.x - self.theta * self.x * self.dt
-                  + self.sigma * np.sqrt(self.dt) * self.rng.standard_normal(self.dim))
-        return self.x.astype(np.float32)
+    kind: str = "ou"
+    sigma: float = 0.2
+    theta: float = 0.15  # OU mean reversion
+    dt: float = 1e-2  # OU time step (as in DeepRL and SB3)
 
 
-class GaussianNoise:
-    def __init__(self, dim: int, sigma: float, rng: np.random.Generator):
-        self.dim, self.sigma, self.rng = dim, sigma, rng
-        self.x = np.zeros(dim, np.float64)
+class HostNoise:
+    """Additive noise for ``num_envs`` env copies, [K, m] per call, clipped to the box [-1, 1].
 
-    def reset(self) -> None:
-        pass
-
-    def __call__(self) -> np.ndarray:
-        return (self.sigma * self.rng.standard_normal(self.dim)).astype(np.float32)
-
-
-class NoNoise(GaussianNoise):
-    def __call__(self) -> np.ndarray:
-        return np.zeros(self.dim, np.float32)
-
-
-def make_noise(kind: str, dim: int, sigma: float, theta: float, dt: float,
-               rng: np.random.Generator):
-    if kind == "ou":
-        return OUNoise(dim, sigma, theta, dt, rng)
-    if kind == "gaussian":
-        return GaussianNoise(dim, sigma, rng)
-    return NoNoise(dim, 0.0, rng)
-
-
-class DeterministicActor:
-    """Acts with ``policy(params, obs[B, ...]) -> (action[B, m] in [-1, 1], info)`` plus noise.
-
-    ``act`` takes one observation and returns (action, info) as NumPy; ``act_batch`` takes a
-    batch (evaluation runs its episodes side by side) and never adds noise.
+    OU (Lillicrap et al. 2016): x += -theta x dt + sigma sqrt(dt) N(0, 1), reset per episode.
+    Gaussian: sigma N(0, 1), independent per step. ``none``: zeros.
     """
 
-    def __init__(self, policy: Callable, noise, seed: int):
-        dev = host_device()
+    def __init__(self, spec: NoiseSpec, dim: int, num_envs: int, rng: np.random.Generator):
+        if spec.kind not in NOISE_KINDS:
+            raise ValueError(f"unknown noise {spec.kind!r} (valid: {', '.join(NOISE_KINDS)})")
+        self.spec, self.dim, self.num_envs, self.rng = spec, dim, num_envs, rng
+        self.x = np.zeros((num_envs, dim), np.float64)
+
+    def reset(self, env: int | None = None) -> None:
+        """Restart the process of one env copy (episode end) or of all."""
+        if env is None:
+            self.x[:] = 0.0
+        else:
+            self.x[env] = 0.0
+
+    def sample(self) -> np.ndarray:
+        s = self.spec
+        if s.kind == "ou":
+            self.x = (self.x - s.theta * self.x * s.dt
+                      + s.sigma * np.sqrt(s.dt) * self.rng.standard_normal(self.x.shape))
+            return self.x.astype(np.float32)
+        if s.kind == "gaussian":
+            return (s.sigma * self.rng.standard_normal(self.x.shape)).astype(np.float32)
+        return np.zeros(self.x.shape, np.float32)
+
+    def __call__(self, action: np.ndarray) -> np.ndarray:
+        """Greedy actions [K, m] -> explored actions in [-1, 1]."""
+        a = action + self.sample()
+        np.clip(a, -1.0, 1.0, out=a)
+        return a
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "noise_x": self.x.tolist()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.rng.bit_generator.state = d["rng"]
+        x = np.asarray(d["noise_x"], np.float64)
+        self.x = x.reshape(self.num_envs, self.dim) if x.size == self.x.size else self.x * 0
+
+
+class HostPolicy:
+    """``agent.policy`` jitted on the host CPU: ``act(params, obs[B, ...], explore)`` returns
+    NumPy (action, behaviour info). Stochastic policies draw from a key held here, split inside
+    the jitted call (the returned key replaces it: no Python split per step)."""
+
+    def __init__(self, policy: Callable, seed: int):
         self._on_host = jax.default_backend() == "cpu"
-        self._dev = dev
-        self._policy = jax.jit(policy)
-        self.noise = noise
-        self.rng = noise.rng if noise is not None else np.random.default_rng(seed)
+        self._dev = host_device()
+
+        def act(params, obs, key, explore):
+            key, sub = jax.random.split(key)
+            action, info = policy(params, obs, sub, explore)
+            return action, info, key
+
+        self._act = jax.jit(act, static_argnums=3)
+        self.key = jax.device_put(jax.random.PRNGKey(seed), self._dev)
 
     def host_params(self, params: Any) -> Any:
         return params if self._on_host else jax.device_put(params, self._dev)
 
-    def act(self, params: Any, obs: np.ndarray, explore: bool) -> tuple[np.ndarray, dict]:
-        action, info = self._policy(params, obs[None])
-        action = np.asarray(action)[0]
-        if explore:
-            action = self.explore(action)
-        return action, {k: np.asarray(v)[0] for k, v in info.items()}
-
-    def explore(self, action: np.ndarray) -> np.ndarray:
-        """Add exploration noise to a greedy action; clip to the action box [-1, 1]."""
-        a = action + self.noise()
-        np.clip(a, -1.0, 1.0, out=a)
-        return a
-
-    def act_batch(self, params: Any, obs: np.ndarray) -> np.ndarray:
-        action, _ = self._policy(params, obs)
-        return np.asarray(action)
-
-    def reset(self) -> None:
-        self.noise.reset()
+    def act(self, params: Any, obs: np.ndarray, explore: bool
+            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        action, info, self.key = self._act(params, obs, self.key, explore)
+        return np.asarray(action), {k: np.asarray(v) for k, v in info.items()}
 
     def state_dict(self) -> dict:
-        return {"rng": self.rng.bit_generator.state, "noise_x": self.noise.x.tolist()}
+        return {"key": np.asarray(jax.random.key_data(self.key)
+                                  if jax.dtypes.issubdtype(self.key.dtype, jax.dtypes.prng_key)
+                                  else self.key).tolist()}
 
     def load_state_dict(self, d: dict) -> None:
-        self.rng.bit_generator.state = d["rng"]
-        self.noise.x = np.asarray(d["noise_x"], np.float64)
+        self.key = jax.device_put(np.asarray(d["key"], np.uint32), self._dev)

@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from offpolicy.agents.acting import DeterministicActor, make_noise
+from offpolicy.agents.acting import NoiseSpec
+from offpolicy.agents.base import transitions
 from offpolicy.config import DDPGConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import ACTIVATIONS, MLP, hidden_init, l2_kernels, soft_update, zeros
@@ -62,9 +63,12 @@ class CriticHead(nn.Module):
 
 
 class DDPG:
-    """DDPG agent: ``init``, pure ``update``, and a host-side ``make_actor``."""
+    """DDPG agent (the protocol of ``agents/base.py``): learns from transitions, stores no
+    behaviour fields, writes nothing back; exploration is host-side OU/Gaussian noise."""
 
-    replay_extras: dict = {}
+    data = transitions()
+    behaviour_fields: dict = {}
+    writeback_fields: dict = {}
 
     def __init__(self, config: DDPGConfig, obs_shape: tuple[int, ...], spec: ActionSpec):
         self.config = config
@@ -83,6 +87,7 @@ class DDPG:
             (self._actor_enc,) if (not shared or c.actor_trains_encoder) else ())
         self.actor_opt = optax.adam(c.actor_lr)
         self.critic_opt = optax.adam(c.critic_lr)
+        self.exploration_noise = NoiseSpec(c.noise, c.noise_sigma, c.noise_theta, c.noise_dt)
 
     # ------------------------------------------------------------------ networks
     def mu(self, params, obs):
@@ -115,7 +120,7 @@ class DDPG:
         }
 
     # ------------------------------------------------------------------ learning
-    def update(self, state: dict, batch: dict) -> tuple[dict, dict]:
+    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c = self.config
         params, target = state["params"], state["target"]
         obs, action = batch["obs"], batch["action"]
@@ -155,20 +160,13 @@ class DDPG:
         }
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": jnp.mean(q),
                    "target_mean": jnp.mean(y)}
-        return new_state, metrics
+        return new_state, metrics, {}
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> dict:
         p = state["params"]
         return {self._actor_enc: p[self._actor_enc], "actor": p["actor"]}
 
-    def policy(self, params: dict, obs: jax.Array):
+    def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
+        """The greedy action mu(s); exploration noise is added on the host."""
         return self.mu(params, obs), {}
-
-    def make_actor(self, seed: int) -> DeterministicActor:
-        import numpy as np
-
-        c = self.config
-        rng = np.random.Generator(np.random.PCG64(seed))
-        noise = make_noise(c.noise, self.spec.dim, c.noise_sigma, c.noise_theta, c.noise_dt, rng)
-        return DeterministicActor(self.policy, noise, seed)

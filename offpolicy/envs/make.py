@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +29,26 @@ def _unknown_env(env_id: str) -> OffpolicyError:
     )
 
 
+def _one_line(e: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _construction_error(env_id: str, e: BaseException) -> OffpolicyError:
+    """``gym.make`` (or the import that registers the id) failed inside the environment's code:
+    name the env and the exception, and the usual cause."""
+    detail = _one_line(e)
+    msg = f"cannot create environment {env_id}: {type(e).__name__}" + (
+        f": {detail}" if detail else "")
+    name = env_id.partition(":")[2] or env_id
+    entry = str(getattr(gym.registry.get(name), "entry_point", ""))
+    if name.startswith(DMC_PREFIX) or "dm_control" in entry or "shimmy" in entry:
+        msg += " (check that mujoco and dm-control versions match: pip install 'offpolicy[dmc]')"
+    elif "mujoco" in entry:
+        msg += " (check the MuJoCo install: pip install 'offpolicy[mujoco]')"
+    return OffpolicyError(msg)
+
+
 _mujoco_hooked = False
 
 
@@ -41,8 +62,6 @@ def _route_mujoco_warnings() -> None:
         return
     _mujoco_hooked = True
     try:
-        import warnings
-
         import mujoco
     except ImportError:
         return
@@ -56,32 +75,48 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     dict observations are flattened. MuJoCo ids need the ``mujoco`` extra. The env checker is
     disabled: it costs time on every step and the library validates spaces itself.
     """
+    given = env_id
     if env_id.startswith(DMC_PREFIX):
+        # dm_control tries the GLFW renderer first; on a machine without a display glfw warns
+        # (two lines on stderr) on every run, though nothing here renders
+        warnings.filterwarnings("ignore", message=r".*DISPLAY environment variable is missing",
+                                module="glfw")
         try:
             import shimmy  # noqa: F401  (registers the dm_control/ ids)
         except ImportError as e:
             raise OffpolicyError(
-                f"{env_id} needs DM Control: pip install 'offpolicy[dmc]'") from e
+                f"{env_id} needs DM Control ({type(e).__name__}: {_one_line(e)}): "
+                "pip install 'offpolicy[dmc]'") from e
+        except Exception as e:  # e.g. dm_control built for another MuJoCo
+            raise _construction_error(given, e) from e
     if ":" in env_id:  # "package.module:EnvName-v0" imports the module that registers it
         module, _, name = env_id.partition(":")
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise OffpolicyError(f"cannot import module '{module}' for env '{env_id}': {e}") \
-                from e
+            raise OffpolicyError(f"cannot import module '{module}' for env '{env_id}': "
+                                 f"{_one_line(e)}") from e
+        except Exception as e:  # the module itself is broken
+            raise _construction_error(given, e) from e
         env_id = name
     if env_id not in gym.registry:
         raise _unknown_env(env_id)
     _route_mujoco_warnings()
     try:
         env = gym.make(env_id, disable_env_checker=True, **kwargs)
+    except OffpolicyError:
+        raise
     except gym.error.DependencyNotInstalled as e:
         extra = "dmc" if env_id.startswith(DMC_PREFIX) else "mujoco"
         raise OffpolicyError(
-            f"{env_id} needs a missing dependency ({e}); pip install 'offpolicy[{extra}]'"
-        ) from e
+            f"{env_id} needs a missing dependency ({_one_line(e)}); "
+            f"pip install 'offpolicy[{extra}]'") from e
     except TypeError as e:
-        raise OffpolicyError(f"invalid keyword arguments for {env_id}: {e}") from e
+        if kwargs and "argument" in str(e):
+            raise OffpolicyError(f"invalid keyword arguments for {env_id}: {e}") from e
+        raise _construction_error(given, e) from e
+    except Exception as e:  # a broken install or env: one line, never a traceback
+        raise _construction_error(given, e) from e
     if not isinstance(env.observation_space, gym.spaces.Box) or len(
             env.observation_space.shape) != 1:
         if isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple)) or (

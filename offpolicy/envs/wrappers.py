@@ -56,20 +56,21 @@ class ObsNormalizer:
 
 
 class RewardScaler:
-    """Divides rewards by the running std of the discounted return (as SB3's VecNormalize)."""
+    """Divides rewards by the running std of the discounted return (as SB3's VecNormalize),
+    one return per env copy."""
 
-    def __init__(self, gamma: float, enabled: bool):
+    def __init__(self, gamma: float, enabled: bool, num_envs: int = 1):
         self.enabled = enabled
         self.gamma = gamma
         self.rms = RunningMeanStd(())
-        self.ret = 0.0
+        self.ret = np.zeros(num_envs, np.float64)
 
-    def update(self, reward: float, done: bool) -> None:
+    def update(self, reward: np.ndarray, done: np.ndarray) -> None:
+        """``reward``, ``done``: [K] for the K env copies."""
         if self.enabled:
             self.ret = self.ret * self.gamma + reward
-            self.rms.update(np.array([self.ret]))
-            if done:
-                self.ret = 0.0
+            self.rms.update(self.ret)
+            self.ret[np.asarray(done, bool)] = 0.0
 
     def __call__(self, reward: np.ndarray) -> np.ndarray:
         if not self.enabled:

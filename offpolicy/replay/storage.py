@@ -1,24 +1,34 @@
 """Preallocated ring buffer of NumPy arrays; every observation is stored once.
 
-Layout. Slot ``i`` holds an observation ``obs[i]`` and, once the action taken there is known,
-the transition that starts from it: ``action[i]``, ``reward[i]``, ``terminated[i]``,
-``truncated[i]``, the per-step extra fields (behaviour statistics) and ``valid[i] = True``.
-Its next observation is ``obs[(i + 1) % capacity]``. An episode of L steps uses L + 1 slots:
+Layout. The buffer is split into ``num_streams`` equal rings, one per environment copy of a
+vectorised collector (one ring when there is one env). Within a ring, slot ``i`` holds an
+observation ``obs[i]`` and, once the action taken there is known, the transition that starts
+from it: ``action[i]``, ``reward[i]``, ``terminated[i]``, ``truncated[i]``, the per-step fields
+(behaviour statistics and write-back fields) and ``valid[i] = True``. Its next observation is
+``obs[next(i)]``, the following slot of the same ring. An episode of L steps uses L + 1 slots:
 its final observation occupies a slot with ``valid = False`` (no action is taken there), so a
-next observation never comes from another episode. Writes are strictly sequential, so after
-the ring wraps every valid slot still has its successor intact: overwriting slot ``j`` only
+next observation never comes from another episode. Writes to a ring are strictly sequential, so
+after it wraps every valid slot still has its successor intact: overwriting slot ``j`` only
 invalidates the transition stored *at* ``j``.
 
 Memory per transition is the raw bytes of (obs, action, reward, terminated, truncated) plus one
 validity byte, times (L + 1) / L for the extra final-observation slot: within 1.1x of raw for
 episodes of 20 steps or more (asserted in tests/test_replay.py).
 
-Sampling is uniform over valid transitions (rejection of invalid slots, which are rare), done
-in NumPy with a seeded Generator whose state travels in checkpoints.
+Sampling (in NumPy, with a seeded Generator whose state travels in checkpoints) returns the
+sampled step indices with the batch, so an update's per-step results can be written back
+(:meth:`ReplayBuffer.write`):
+
+* :meth:`sample`: uniform over valid transitions, ``(idx[B], batch)``;
+* :meth:`sample_sequences`: windows of T steps inside one episode, time-major, masked;
+* :meth:`sample_episodes`: whole episodes from their first step, padded and masked;
+* :meth:`recent_sequences`: the last T steps of every ring (an on-policy segment, ACER's
+  Algorithm 1).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import tempfile
@@ -30,6 +40,7 @@ import numpy as np
 from offpolicy.errors import OffpolicyError
 
 _CORE = ("obs", "action", "reward", "terminated", "truncated", "valid")
+RESERVED = _CORE + ("next_obs", "discount", "mask")
 
 
 class ReplayBuffer:
@@ -38,19 +49,31 @@ class ReplayBuffer:
         capacity: int,
         obs_shape: tuple[int, ...],
         action_dim: int,
-        extras: dict[str, tuple[tuple[int, ...], np.dtype | str]] | None = None,
+        extras: dict[str, tuple] | None = None,
         obs_dtype: np.dtype | str = np.float32,
         seed: int = 0,
+        num_streams: int = 1,
     ):
-        if capacity < 2:
-            raise OffpolicyError(f"replay capacity must be >= 2, got {capacity}")
-        self.capacity = int(capacity)
+        """``extras``: per-step fields ``{name: (shape, dtype)}`` or ``(shape, dtype,
+        initial)``; ``initial`` fills a new step (write-back fields start there)."""
+        if num_streams < 1:
+            raise OffpolicyError(f"replay needs at least one stream, got {num_streams}")
+        if capacity // num_streams < 2:
+            raise OffpolicyError(f"replay capacity must be >= 2 per env copy, got {capacity} "
+                                 f"for {num_streams}")
+        self.num_streams = int(num_streams)
+        self.stream_capacity = int(capacity) // self.num_streams
+        self.capacity = self.stream_capacity * self.num_streams
         self.obs_shape = tuple(obs_shape)
         self.action_dim = int(action_dim)
-        self.extra_specs = {k: (tuple(s), np.dtype(d)) for k, (s, d) in (extras or {}).items()}
-        for name in self.extra_specs:
-            if name in _CORE or name in ("next_obs", "discount", "mask"):
+        self.extra_specs: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        self.extra_initial: dict[str, float] = {}
+        for name, spec in (extras or {}).items():
+            if name in RESERVED:
                 raise OffpolicyError(f"replay extra field name '{name}' is reserved")
+            self.extra_specs[name] = (tuple(spec[0]), np.dtype(spec[1]))
+            if len(spec) > 2:
+                self.extra_initial[name] = spec[2]
         c = self.capacity
         # np.zeros maps untouched pages lazily: a 1e6 buffer costs memory only as it fills.
         self.obs = np.zeros((c, *self.obs_shape), obs_dtype)
@@ -60,43 +83,118 @@ class ReplayBuffer:
         self.truncated = np.zeros((c,), bool)
         self.valid = np.zeros((c,), bool)
         self.extras = {k: np.zeros((c, *s), d) for k, (s, d) in self.extra_specs.items()}
-        self.head = 0  # next slot to write
-        self.size = 0  # slots written so far (<= capacity)
+        k = self.num_streams
+        self.base = np.arange(k, dtype=np.int64) * self.stream_capacity  # first slot per ring
+        self.heads = np.zeros(k, np.int64)  # next slot to write, relative to the ring's base
+        self.sizes = np.zeros(k, np.int64)  # slots written so far per ring (<= stream_capacity)
+        self.opens = np.zeros(k, bool)  # an episode is in progress in this ring
         self.num_valid = 0
-        self._open = False  # an episode is in progress (its latest obs is at head - 1)
+        self._starts = [collections.deque() for _ in range(k)]  # first slots of episodes
         self.rng = np.random.Generator(np.random.PCG64(seed))
 
+    # ------------------------------------------------------------------ single-ring views
+    @property
+    def head(self) -> int:
+        """Next slot to write of a single-ring buffer (absolute index)."""
+        return int(self.base[0] + self.heads[0])
+
+    @property
+    def size(self) -> int:
+        """Slots written so far, over all rings."""
+        return int(self.sizes.sum())
+
+    @property
+    def _open(self) -> bool:
+        return bool(self.opens.all())
+
     # ------------------------------------------------------------------ writing
-    def _write_obs(self, obs: np.ndarray) -> None:
-        h = self.head
+    def _write_obs(self, stream: int, obs: np.ndarray) -> int:
+        h = int(self.base[stream] + self.heads[stream])
         if self.valid[h]:
             self.valid[h] = False
             self.num_valid -= 1
+        starts = self._starts[stream]
+        if starts and starts[0] == h:  # the oldest episode loses its first step
+            starts.popleft()
         self.obs[h] = obs
-        self.head = (h + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
+        self.heads[stream] = (self.heads[stream] + 1) % self.stream_capacity
+        self.sizes[stream] = min(self.sizes[stream] + 1, self.stream_capacity)
+        return h
 
-    def start_episode(self, obs: np.ndarray) -> None:
-        """Store the first observation of an episode."""
-        self._write_obs(obs)
-        self._open = True
-
-    def add(self, action, reward, terminated, truncated, next_obs, **extras) -> None:
-        """Store the transition from the latest observation and the next observation."""
-        if not self._open:
-            raise OffpolicyError("ReplayBuffer.add() before start_episode()")
-        p = (self.head - 1) % self.capacity
+    def _write_step(self, p, action, reward, terminated, truncated, extras: dict) -> None:
+        """The transition's own fields at slot(s) ``p``; write-back fields start at their
+        initial value."""
         self.action[p] = action
         self.reward[p] = reward
         self.terminated[p] = terminated
         self.truncated[p] = truncated
+        for k, v in self.extra_initial.items():
+            self.extras[k][p] = v
         for k, v in extras.items():
             self.extras[k][p] = v
-        self._write_obs(next_obs)
-        self.valid[p] = True  # after the write: next_obs now sits at p + 1
+
+    def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
+        """Store the first observation of an episode in ring ``stream``."""
+        self._starts[stream].append(self._write_obs(stream, obs))
+        self.opens[stream] = True
+
+    def add(self, action, reward, terminated, truncated, next_obs, stream: int = 0,
+            **extras) -> None:
+        """Store the transition from the latest observation of ring ``stream`` and its next
+        observation."""
+        if not self.opens[stream]:
+            raise OffpolicyError("ReplayBuffer.add() before start_episode()")
+        p = int(self.base[stream] + (self.heads[stream] - 1) % self.stream_capacity)
+        self._write_step(p, action, reward, terminated, truncated, extras)
+        self._write_obs(stream, next_obs)
+        self.valid[p] = True  # after the write: next_obs now sits at next(p)
         self.num_valid += 1
         if terminated or truncated:
-            self._open = False
+            self.opens[stream] = False
+
+    def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
+        """One step of every ring at once (a vectorised collector): arrays with a leading
+        ``num_streams`` axis. Rings whose episode ended need ``start_episode`` afterwards."""
+        if self.num_streams == 1:
+            self.add(action[0], reward[0], terminated[0], truncated[0], next_obs[0],
+                     **{k: v[0] for k, v in (extras or {}).items()})
+            return
+        if not self.opens.all():
+            raise OffpolicyError("ReplayBuffer.add_batch() before start_episode() in every ring")
+        sc = self.stream_capacity
+        p = self.base + (self.heads - 1) % sc
+        h = self.base + self.heads
+        self._write_step(p, action, reward, terminated, truncated, extras or {})
+        self.num_valid -= int(self.valid[h].sum())
+        self.valid[h] = False
+        for s in range(self.num_streams):
+            starts = self._starts[s]
+            if starts and starts[0] == h[s]:
+                starts.popleft()
+        self.obs[h] = next_obs
+        self.heads = (self.heads + 1) % sc
+        np.minimum(self.sizes + 1, sc, out=self.sizes)
+        self.valid[p] = True
+        self.num_valid += self.num_streams
+        self.opens &= ~(np.asarray(terminated, bool) | np.asarray(truncated, bool))
+
+    def write(self, idx: np.ndarray, fields: dict[str, np.ndarray],
+              mask: np.ndarray | None = None) -> None:
+        """Write per-step ``fields`` (write-back results of an update) at step indices ``idx``
+        ([B] or [T, B] as returned by sampling); where ``mask`` is 0 (padding) nothing is
+        written. A step overwritten since it was sampled gets a stale value, harmlessly: the
+        new step's own value is written when it is next sampled."""
+        idx = np.asarray(idx)
+        sel = None if mask is None else np.asarray(mask) > 0
+        for k, v in fields.items():
+            if k not in self.extras:
+                raise OffpolicyError(f"replay has no field '{k}' to write back "
+                                     f"(fields: {', '.join(self.extras) or 'none'})")
+            v = np.asarray(v)
+            if sel is None:
+                self.extras[k][idx] = v
+            else:
+                self.extras[k][idx[sel]] = v[sel]
 
     def __len__(self) -> int:
         return self.num_valid
@@ -106,53 +204,127 @@ class ReplayBuffer:
         arrays = [getattr(self, k) for k in _CORE] + list(self.extras.values())
         return int(sum(a.nbytes for a in arrays))
 
-    # ------------------------------------------------------------------ sampling
+    # ------------------------------------------------------------------ indices
+    def _next(self, idx: np.ndarray) -> np.ndarray:
+        nxt = idx + 1
+        if self.num_streams == 1:
+            nxt[nxt == self.capacity] = 0
+        else:
+            wrap = nxt % self.stream_capacity == 0
+            nxt[wrap] -= self.stream_capacity
+        return nxt
+
+    def _offset(self, start: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Slot ``steps`` after ``start`` in the same ring (broadcasting)."""
+        sc = self.stream_capacity
+        base = (start // sc) * sc
+        return base + (start - base + steps) % sc
+
+    def _draw(self, n: int) -> np.ndarray:
+        total = self.size
+        r = self.rng.integers(0, total, n)
+        if self.num_streams == 1:
+            return r
+        cum = np.cumsum(self.sizes)
+        stream = np.searchsorted(cum, r, side="right")
+        return self.base[stream] + r - (cum[stream] - self.sizes[stream])
+
     def sample_indices(self, batch_size: int) -> np.ndarray:
         if self.num_valid == 0:
             raise OffpolicyError("cannot sample from an empty replay buffer")
-        idx = self.rng.integers(0, self.size, batch_size)
+        idx = self._draw(batch_size)
         bad = ~self.valid[idx]
         while bad.any():
-            idx[bad] = self.rng.integers(0, self.size, int(bad.sum()))
+            idx[bad] = self._draw(int(bad.sum()))
             bad = ~self.valid[idx]
         return idx
 
-    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
-        """A uniform batch of transitions: obs, action, reward, next_obs, the extra fields, and
-        ``discount`` (0.0 where terminated, else 1.0: truncation bootstraps, termination does
-        not). The raw flags stay out of the batch: every array passed costs the jitted update a
-        transfer, and ``discount`` is all a one-step update needs (sequences carry both)."""
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A uniform batch of transitions: ``(idx[B], batch)``. The batch holds obs, action,
+        reward, next_obs, the extra fields, and ``discount`` (0.0 where terminated, else 1.0:
+        truncation bootstraps, termination does not). The raw flags stay out: every array
+        passed costs the jitted update a transfer, and ``discount`` is all a one-step update
+        needs (sequences carry both)."""
         idx = self.sample_indices(batch_size)
-        return self.gather(idx)
+        return idx, self.gather(idx)
 
     def gather(self, idx: np.ndarray) -> dict[str, np.ndarray]:
-        nxt = idx + 1
-        nxt[nxt == self.capacity] = 0
+        """The transitions at step indices ``idx`` [B] (as :meth:`sample` returns them)."""
         term = self.terminated[idx]
         batch = {
             "obs": self.obs[idx],
             "action": self.action[idx],
             "reward": self.reward[idx],
-            "next_obs": self.obs[nxt],
+            "next_obs": self.obs[self._next(idx)],
             "discount": (~term).astype(np.float32),
         }
         for k, a in self.extras.items():
             batch[k] = a[idx]
         return batch
 
-    def sample_sequences(self, batch_size: int, length: int) -> dict[str, np.ndarray]:
-        """Windows of ``length`` consecutive transitions from single episodes, time-major.
+    def sample_sequences(self, batch_size: int, length: int
+                         ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Windows of ``length`` consecutive transitions from single episodes, time-major:
+        ``(idx[T, B], batch)``.
 
-        Returns ``obs`` [T+1, B, ...] (obs[t+1] is the next observation of step t), ``action``
-        [T, B, m], ``reward``, ``terminated``, ``truncated``, ``discount`` [T, B], the extra
-        fields [T, B, ...] and ``mask`` [T, B]: 1.0 while the window is still inside the episode
-        it started in. A window that reaches its episode's end is padded with mask 0 (the
-        padded entries repeat the last valid step), never continued into another episode.
+        The batch holds ``obs`` [T+1, B, ...] (obs[t+1] is the next observation of step t),
+        ``action`` [T, B, m], ``reward``, ``terminated``, ``truncated``, ``discount`` [T, B],
+        the extra fields [T, B, ...] and ``mask`` [T, B]: 1.0 while the window is still inside
+        the episode it started in. A window that reaches its episode's end is padded with mask
+        0 (the padded entries repeat the last valid step), never continued into another
+        episode.
         """
         if length < 1:
             raise OffpolicyError(f"sequence length must be >= 1, got {length}")
-        start = self.sample_indices(batch_size)
-        steps = (start[None, :] + np.arange(length)[:, None]) % self.capacity  # [T, B]
+        return self._windows(self.sample_indices(batch_size), length)
+
+    def sample_episodes(self, batch_size: int, max_length: int
+                        ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Whole episodes from their first step (uniform over the episodes whose first step
+        is still in replay), padded to ``max_length`` with mask 0; same layout as
+        :meth:`sample_sequences`. An episode still in progress is included up to its latest
+        step."""
+        if max_length < 1:
+            raise OffpolicyError(f"episode length must be >= 1, got {max_length}")
+        starts = np.fromiter((s for q in self._starts for s in q), np.int64)
+        starts = starts[self.valid[starts]] if starts.size else starts
+        if starts.size == 0:
+            raise OffpolicyError("cannot sample episodes: replay holds no episode start")
+        return self._windows(starts[self.rng.integers(0, starts.size, batch_size)], max_length)
+
+    def recent_sequences(self, length: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The latest ``length`` transitions of every ring, in time order, time-major with
+        B = num_streams: ``(idx[T, B], batch)`` (the on-policy segment of ACER's Algorithm 1).
+
+        Unlike :meth:`sample_sequences` a segment may span an episode end: its steps are
+        consecutive in time, ``terminated``/``truncated`` mark the boundary, and every step
+        carries its own ``next_obs`` [T, B, ...] (``obs`` is [T, B, ...] here). ``mask`` is 0
+        only for steps a young ring has not collected yet (at the front).
+        """
+        if length < 1 or 2 * length + 1 > self.stream_capacity:
+            raise OffpolicyError(f"segment length must be in [1, "
+                                 f"{(self.stream_capacity - 1) // 2}], got {length}")
+        sc = self.stream_capacity
+        steps = np.empty((length, self.num_streams), np.int64)
+        ok = np.zeros((length, self.num_streams), bool)
+        back = np.arange(-(2 * length + 1), 0)  # one final-obs slot at most per transition
+        for s in range(self.num_streams):
+            slots = self.base[s] + (self.heads[s] + back) % sc  # oldest first
+            slots = slots[back >= -self.sizes[s]]
+            slots = slots[self.valid[slots]][-length:]
+            n = len(slots)
+            steps[length - n:, s] = slots
+            steps[:length - n, s] = slots[0] if n else self.base[s]
+            ok[length - n:, s] = True
+        out = self._gather_steps(steps, ok)
+        out["next_obs"] = self.obs[self._next(steps.copy())]
+        return steps, out
+
+    def _windows(self, start: np.ndarray, length: int
+                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        batch_size = start.shape[0]
+        steps = self._offset(start[None, :], np.arange(length)[:, None])  # [T, B]
         done = self.terminated[steps] | self.truncated[steps]
         ok = self.valid[steps].copy()
         ok[1:] &= ~done[:-1]  # step t continues the episode only if step t-1 did not end it
@@ -160,13 +332,18 @@ class ReplayBuffer:
         # padded steps repeat the last in-episode step so that indexing stays in bounds
         last = np.maximum(ok.sum(0) - 1, 0)
         t_eff = np.minimum(np.arange(length)[:, None], last[None, :])
-        steps = (start[None, :] + t_eff) % self.capacity
+        steps = self._offset(start[None, :], t_eff)
+        out = self._gather_steps(steps, ok)
         obs_slots = np.empty((length + 1, batch_size), np.int64)
         obs_slots[0] = steps[0]
-        obs_slots[1:] = (steps + 1) % self.capacity
+        obs_slots[1:] = self._next(steps.copy())
+        out["obs"] = self.obs[obs_slots]
+        return steps, out
+
+    def _gather_steps(self, steps: np.ndarray, ok: np.ndarray) -> dict[str, np.ndarray]:
         term = self.terminated[steps]
         out = {
-            "obs": self.obs[obs_slots],
+            "obs": self.obs[steps],
             "action": self.action[steps],
             "reward": self.reward[steps],
             "terminated": term,
@@ -179,13 +356,25 @@ class ReplayBuffer:
         return out
 
     # ------------------------------------------------------------------ persistence
+    def _written(self) -> np.ndarray:
+        """Absolute indices of every written slot, ring by ring (saved in this order)."""
+        if self.num_streams == 1:
+            return np.arange(self.size)
+        return np.concatenate([b + np.arange(n) for b, n in zip(self.base, self.sizes)])
+
     def state_arrays(self) -> dict[str, np.ndarray]:
-        n = self.size
-        arrays = {k: getattr(self, k)[:n] for k in _CORE}
-        arrays.update({f"extra.{k}": v[:n] for k, v in self.extras.items()})
+        slots = self._written()
+        single = self.num_streams == 1
+        arrays = {k: getattr(self, k)[:self.size] if single else getattr(self, k)[slots]
+                  for k in _CORE}
+        arrays.update({f"extra.{k}": v[:self.size] if single else v[slots]
+                       for k, v in self.extras.items()})
         meta = {
-            "capacity": self.capacity, "head": self.head, "size": self.size,
-            "num_valid": self.num_valid, "open": self._open,
+            "capacity": self.capacity, "num_streams": self.num_streams,
+            "head": self.head, "size": self.size,
+            "heads": self.heads.tolist(), "sizes": self.sizes.tolist(),
+            "opens": self.opens.tolist(), "open": self._open,
+            "num_valid": self.num_valid,
             "obs_shape": list(self.obs_shape), "action_dim": self.action_dim,
             "extras": {k: [list(s), d.str] for k, (s, d) in self.extra_specs.items()},
             "rng": self.rng.bit_generator.state,
@@ -213,27 +402,52 @@ class ReplayBuffer:
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(bytes(z["meta"]).decode())
-                if (meta["capacity"] != self.capacity or tuple(meta["obs_shape"]) != self.obs_shape
+                streams = meta.get("num_streams", 1)
+                if (meta["capacity"] != self.capacity or streams != self.num_streams
+                        or tuple(meta["obs_shape"]) != self.obs_shape
                         or meta["action_dim"] != self.action_dim
                         or set(meta["extras"]) != set(self.extra_specs)):
                     raise OffpolicyError(
                         f"replay in {path} does not match this configuration "
-                        f"(capacity {meta['capacity']}, obs {meta['obs_shape']}, "
-                        f"action {meta['action_dim']}, extras {sorted(meta['extras'])})")
-                n = meta["size"]
+                        f"(capacity {meta['capacity']}, {streams} env copies, obs "
+                        f"{meta['obs_shape']}, action {meta['action_dim']}, extras "
+                        f"{sorted(meta['extras'])})")
+                if streams == 1:
+                    heads = [meta["head"]]
+                    sizes = [meta["size"]]
+                    opens = [meta["open"]]
+                else:
+                    heads, sizes, opens = meta["heads"], meta["sizes"], meta["opens"]
+                self.sizes = np.asarray(sizes, np.int64)
+                slots = self._written()
+                self.valid[:] = False  # slots beyond the saved ones hold nothing
                 for k in _CORE:
-                    getattr(self, k)[:n] = z[k]
+                    getattr(self, k)[slots] = z[k]
                 for k in self.extras:
-                    self.extras[k][:n] = z[f"extra.{k}"]
+                    self.extras[k][slots] = z[f"extra.{k}"]
         except OffpolicyError:
             raise
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
             raise OffpolicyError(f"corrupt replay file {path}: {e}") from e
-        self.valid[n:] = False  # slots beyond the saved ones hold nothing
-        self.head, self.size, self.num_valid = meta["head"], meta["size"], meta["num_valid"]
-        self._open = meta["open"]
+        self.heads = np.asarray(heads, np.int64)
+        self.opens = np.asarray(opens, bool)
+        self.num_valid = meta["num_valid"]
         self.rng.bit_generator.state = meta["rng"]
+        self._rebuild_starts()
+
+    def _rebuild_starts(self) -> None:
+        """Episode first slots, oldest first per ring: a valid slot whose predecessor in the
+        ring holds no transition (a final observation) or that is the ring's oldest slot."""
+        sc = self.stream_capacity
+        for s in range(self.num_streams):
+            n, h = int(self.sizes[s]), int(self.heads[s])
+            order = (np.arange(n) + (h if n == sc else 0)) % sc  # oldest first
+            slots = self.base[s] + order
+            prev_valid = np.concatenate([[n == sc], self.valid[slots[:-1]]])
+            first = self.valid[slots] & ~prev_valid
+            self._starts[s] = collections.deque(int(i) for i in slots[first])
 
     def close_episode(self) -> None:
-        """Abandon the episode in progress (on resume it restarts); its last obs stays invalid."""
-        self._open = False
+        """Abandon the episodes in progress (on resume they restart); their last obs stays
+        invalid."""
+        self.opens[:] = False

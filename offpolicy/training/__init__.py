@@ -1,5 +1,6 @@
-"""Training loop, evaluation, logging and checkpoints."""
+"""The runtime: collector (envs, noise, episodes, replay writes), learner (sampling, the jitted
+update, write-back, metrics) and run (schedule, evaluation, checkpoints, signals, run dir)."""
 
-from offpolicy.training.loop import Trainer
+from offpolicy.training.run import Run
 
-__all__ = ["Trainer"]
+__all__ = ["Run"]

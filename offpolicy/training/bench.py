@@ -32,14 +32,15 @@ def matmul_gflops(reps: int = 20) -> float:
     return 2 * 1024**3 / float(np.median(times)) / 1e9
 
 
-def update_flops(trainer, batch: dict | None = None) -> float:
-    """XLA's FLOP count of one update of ``trainer``'s agent on one batch (default: sampled
-    from its replay)."""
+def update_flops(run, batch: dict | None = None) -> float:
+    """XLA's FLOP count of one update of ``run``'s agent on one batch (default: sampled from
+    its replay)."""
     import jax
 
     if batch is None:
-        batch = trainer.replay.sample(trainer.train_cfg.batch_size)
-    cost = jax.jit(trainer.agent.update).lower(trainer.state, batch).compile().cost_analysis()
+        batch = run.learner.sample()[1]
+    key = jax.random.PRNGKey(0)
+    cost = jax.jit(run.agent.update).lower(run.state, batch, key).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return float(cost.get("flops", float("nan")))
 
@@ -47,19 +48,20 @@ def update_flops(trainer, batch: dict | None = None) -> float:
 def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -> dict:
     import jax
 
-    from offpolicy.training.loop import Trainer
+    from offpolicy.training.run import Run
 
     big = 10**9
     tc = run.train
     tc.steps, tc.eval_every, tc.checkpoint_every, tc.quiet = big, big, big, True
     peaks = [matmul_gflops()]
-    t = Trainer(run, None)
+    t = Run(run, None)
     t.train(until=warmup, final_eval=False)  # fills replay, compiles
     flops = update_flops(t)
     update = jax.jit(t.agent.update, donate_argnums=0)
-    batch = t.replay.sample(tc.batch_size)
+    batch = t.learner.sample()[1]
+    key = jax.random.PRNGKey(0)
     spare = jax.tree_util.tree_map(lambda x: x.copy(), t.state)
-    spare, _ = update(spare, batch)
+    spare, _, _ = update(spare, batch, key)
     jax.block_until_ready(spare)
     seg = max(steps // rounds, 1)
     loop_rates, update_rates = [], []
@@ -69,7 +71,7 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
         loop_rates.append(seg / (time.perf_counter() - t0))
         t0 = time.perf_counter()
         for _ in range(seg):
-            spare, _ = update(spare, batch)
+            spare, _, _ = update(spare, batch, key)
         jax.block_until_ready(spare)
         update_rates.append(seg / (time.perf_counter() - t0))
         peaks.append(matmul_gflops())  # the peak drifts too (shared host): sample it per round
@@ -79,6 +81,7 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
     env_rate, upd_rate = float(np.median(loop_rates)), float(np.median(update_rates))
     peak = float(np.percentile(peaks, 50, method="lower"))
     return {"lib": "offpolicy", "algo": run.algo, "env": tc.env, "steps": seg * rounds,
+            "num_envs": tc.num_envs, "pipeline": tc.pipeline,
             "env_steps_per_s": env_rate, "update_per_s": upd_rate,
             "update_per_s_rounds": update_rates,
             "gflop_per_update": flops / 1e9, "matmul_gflops": peak,

@@ -7,12 +7,19 @@ Layout under ``RUN_DIR/checkpoints/``::
                       replay.npz    (the replay buffer, uncompressed, no pickle)
                       meta.json     (counters, NumPy RNG states, noise state, normaliser
                                      statistics, env seeds, sha256 of state.msgpack)
+                      checksums.json  (sha256 of state.msgpack and of meta.json)
     best              names the checkpoint with the best evaluation (state and meta, no replay)
     best-000010000/
 
 A checkpoint is written into a temporary directory, fsynced, renamed into place, and only then
 does the pointer file move (temp file + ``os.replace``), so a kill at any moment leaves the
-previous checkpoint intact. Older directories are removed after the pointer moved.
+previous checkpoint intact. Older directories are removed after the pointer moved. A failed
+write (a full disk: any ``OSError``) removes what it wrote, leaves the pointer on the previous
+checkpoint and raises a one-line ``OffpolicyError``.
+
+``load`` and ``load_meta`` check meta.json against checksums.json (checkpoints written before
+checksums.json existed have none, and load without that check) and state.msgpack against its
+sha256; neither opens replay.npz, which the caller restores (and checks) itself.
 """
 
 from __future__ import annotations
@@ -49,14 +56,68 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+CHECKSUMS = "checksums.json"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def write_pointer(path: Path, target: str) -> None:
+    """Point ``path`` at ``target`` atomically; on failure the old pointer stays, no temp file."""
+    write_text_atomic(path, target + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (temp file, fsync, ``os.replace``): a failed
+    write (raises ``OSError``) leaves the old file and no temp file."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(target + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     _fsync_dir(path.parent)
+
+
+def has_checkpoint(run_dir: Path, kind: str = "latest") -> bool:
+    """Whether ``run_dir`` (a run directory, an ``Agent.save`` directory or a checkpoint
+    directory) has a ``kind`` checkpoint. A pointer to a damaged or missing directory counts:
+    ``locate`` then reports it, rather than a caller taking the run for one without any."""
+    run_dir = Path(run_dir)
+    return ((run_dir / "state.msgpack").exists() or (run_dir / kind).is_file()
+            or (run_dir / "checkpoints" / kind).exists())
+
+
+def _pointer_target(ckpt_root: Path, kind: str) -> str:
+    try:
+        return (ckpt_root / kind).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _previous(ckpt_root: Path, kind: str) -> str:
+    """How the error message names the checkpoint that a failed save leaves in place."""
+    name = _pointer_target(ckpt_root, kind)
+    if not name or not (ckpt_root / name / "state.msgpack").exists():
+        return f"there is no earlier {kind} checkpoint"
+    try:
+        return f"the last good checkpoint (step {int(name.split('-', 1)[1].split('.')[0])}) " \
+               f"is kept"
+    except (IndexError, ValueError):
+        return f"the last good checkpoint ({name}) is kept"
 
 
 def _jsonable(x: Any) -> Any:
@@ -73,33 +134,60 @@ def _jsonable(x: Any) -> Any:
 
 def save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict,
          replay=None) -> Path:
-    """Write checkpoint ``kind`` ('latest' or 'best') for ``step``; return its directory."""
+    """Write checkpoint ``kind`` ('latest' or 'best') for ``step``; return its directory.
+
+    An ``OSError`` (e.g. ENOSPC) becomes a one-line ``OffpolicyError``; the pointer then still
+    names the previous complete checkpoint and no partial directory or temp file is left."""
+    ckpt_root = Path(ckpt_root)
+    try:
+        return _save(ckpt_root, kind, step, state, meta, replay)
+    except OSError as e:
+        raise OffpolicyError(f"cannot write checkpoint to {ckpt_root}: {_one_line(e)}; "
+                             f"{_previous(ckpt_root, kind)}") from e
+
+
+def _save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict, replay) -> Path:
     ckpt_root.mkdir(parents=True, exist_ok=True)
     for stale in ckpt_root.glob(".tmp-*"):  # left by a save that was killed half-way
         shutil.rmtree(stale, ignore_errors=True)
+    for stale in ckpt_root.glob(f".{kind}*.tmp"):  # a pointer temp file, likewise
+        try:
+            stale.unlink()
+        except OSError:
+            pass
     prefix = "step" if kind == "latest" else "best"
     name = f"{prefix}-{step:09d}"
     n = 1
     while (ckpt_root / name).exists():  # never replace the directory the pointer may name
         name = f"{prefix}-{step:09d}.{n}"
         n += 1
+    final = ckpt_root / name
     tmp = Path(tempfile.mkdtemp(dir=ckpt_root, prefix=f".tmp-{name}-"))
+    renamed = False
     try:
         blob = flax.serialization.to_bytes(state)
         _write_file(tmp / "state.msgpack", blob)
         if replay is not None:
             replay.save(tmp / "replay.npz")
         meta = dict(meta, step=step, kind=kind, has_replay=replay is not None,
-                    state_sha256=hashlib.sha256(blob).hexdigest())
-        _write_file(tmp / "meta.json", json.dumps(_jsonable(meta), indent=1).encode())
+                    state_sha256=_sha256(blob), checksums=CHECKSUMS)
+        meta_bytes = json.dumps(_jsonable(meta), indent=1).encode()
+        _write_file(tmp / "meta.json", meta_bytes)
+        sums = {"state.msgpack": _sha256(blob), "meta.json": _sha256(meta_bytes)}
+        _write_file(tmp / CHECKSUMS, json.dumps(sums, indent=1).encode())
         _fsync_dir(tmp)
-        final = ckpt_root / name
         os.rename(tmp, final)
+        renamed = True
         _fsync_dir(ckpt_root)
+        write_pointer(ckpt_root / kind, name)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        # unless the pointer moved (an interrupt right after os.replace), what this save
+        # wrote is nobody's checkpoint
+        if not renamed:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif _pointer_target(ckpt_root, kind) != name:
+            shutil.rmtree(final, ignore_errors=True)
         raise
-    write_pointer(ckpt_root / kind, name)
     for old in ckpt_root.glob(f"{prefix}-*"):
         if old.name != name:
             shutil.rmtree(old, ignore_errors=True)
@@ -121,25 +209,53 @@ def locate(run_dir: Path, kind: str = "latest") -> Path:
     return target
 
 
-def load_meta(ckpt_dir: Path) -> dict:
+def _read_meta(ckpt_dir: Path) -> dict:
+    """meta.json, checked against checksums.json when the checkpoint has one (every checkpoint
+    written since checksums.json exists; its meta.json says so)."""
+    sums_path = ckpt_dir / CHECKSUMS
     try:
-        return json.loads((ckpt_dir / "meta.json").read_text())
-    except (OSError, ValueError) as e:
-        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: {e}") from e
+        raw = (ckpt_dir / "meta.json").read_bytes()
+        sums = json.loads(sums_path.read_bytes()) if sums_path.exists() else None
+        if sums is not None and not isinstance(sums, dict):
+            raise ValueError(f"{CHECKSUMS} does not hold a mapping")
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError included
+        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: {_one_line(e)}") from e
+    if sums is not None and sums.get("meta.json") != _sha256(raw):
+        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: meta.json checksum mismatch")
+    try:
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise ValueError("meta.json does not hold a mapping")
+    except ValueError as e:
+        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: {_one_line(e)}") from e
+    if sums is None and meta.get("checksums") == CHECKSUMS:
+        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: {CHECKSUMS} is missing")
+    if sums is not None and sums.get("state.msgpack") != meta.get("state_sha256"):
+        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: state.msgpack checksum mismatch "
+                             f"between meta.json and {CHECKSUMS}")
+    return meta
+
+
+def load_meta(ckpt_dir: Path) -> dict:
+    """The checkpoint's meta.json (checksum-verified); never reads state or replay."""
+    return _read_meta(Path(ckpt_dir))
 
 
 def load(ckpt_dir: Path, template: Any) -> tuple[Any, dict]:
-    """Restore (state, meta) from ``ckpt_dir`` into the structure of ``template``."""
+    """Restore (state, meta) from ``ckpt_dir`` into the structure of ``template``.
+
+    Checks the checksums of meta.json and state.msgpack; never opens replay.npz."""
+    ckpt_dir = Path(ckpt_dir)
+    meta = _read_meta(ckpt_dir)
     try:
-        meta = json.loads((ckpt_dir / "meta.json").read_text())
         blob = (ckpt_dir / "state.msgpack").read_bytes()
-    except (OSError, ValueError) as e:
-        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: {e}") from e
-    if hashlib.sha256(blob).hexdigest() != meta.get("state_sha256"):
+    except OSError as e:
+        raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: {_one_line(e)}") from e
+    if _sha256(blob) != meta.get("state_sha256"):
         raise OffpolicyError(f"corrupt checkpoint {ckpt_dir}: state.msgpack checksum mismatch")
     try:
         state = flax.serialization.from_bytes(template, blob)
     except Exception as e:  # msgpack / structure errors: report, never a traceback
         raise OffpolicyError(
-            f"checkpoint {ckpt_dir} does not match this configuration: {e}") from e
+            f"checkpoint {ckpt_dir} does not match this configuration: {_one_line(e)}") from e
     return state, meta

@@ -1,47 +1,170 @@
-"""Run-directory logging: eval.csv, train.csv, TensorBoard (tensorboardX), rich progress."""
+"""Run-directory logging: eval.csv, train.csv, TensorBoard (tensorboardX), rich progress.
+
+Every write happens in the caller's thread, and an ``OSError`` from it (a full disk, a removed
+directory) becomes a one-line ``OffpolicyError`` naming the file.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from offpolicy.errors import OffpolicyError
+
 EVAL_COLUMNS = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+@contextlib.contextmanager
+def _writing(what: Path | str):
+    """Turn an ``OSError`` while writing ``what`` into a one-line ``OffpolicyError``."""
+    try:
+        yield
+    except OSError as e:
+        raise OffpolicyError(f"cannot write {what}: {_one_line(e)}") from e
+
+
 def _truncate_csv(path: Path, max_step: int) -> None:
-    """Drop rows logged after ``max_step`` (a resumed run re-logs them)."""
+    """Drop rows logged after ``max_step`` (a resumed run re-logs them). The file is replaced
+    atomically, so a failed write (a full disk) leaves it as it was."""
     if not path.exists():
         return
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows:
-        return
-    keep = [rows[0]] + [r for r in rows[1:] if r and int(float(r[0])) <= max_step]
-    with open(path, "w", newline="") as f:
-        csv.writer(f).writerows(keep)
+    with _writing(path):
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows:
+            return
+        keep = [rows[0]] + [r for r in rows[1:] if r and int(float(r[0])) <= max_step]
+        if len(keep) == len(rows):
+            return
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with open(tmp, "w", newline="") as f:
+                csv.writer(f).writerows(keep)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 class CsvLog:
     def __init__(self, path: Path, columns: list[str]):
         self.path = path
         self.columns = columns
-        new = not path.exists() or path.stat().st_size == 0
-        self._f = open(path, "a", newline="")
-        self._w = csv.writer(self._f)
-        if new:
-            self._w.writerow(columns)
-            self._f.flush()
+        with _writing(path):
+            new = not path.exists() or path.stat().st_size == 0
+            self._f = open(path, "a", newline="")
+            try:
+                self._w = csv.writer(self._f)
+                if new:
+                    self._w.writerow(columns)
+                    self._f.flush()
+            except BaseException:
+                _close_quietly(self._f)
+                raise
 
     def write(self, row: dict) -> None:
-        self._w.writerow([_fmt(row.get(c, "")) for c in self.columns])
-        self._f.flush()
+        with _writing(self.path):
+            self._w.writerow([_fmt(row.get(c, "")) for c in self.columns])
+            self._f.flush()
 
     def close(self) -> None:
-        self._f.close()
+        with _writing(self.path):
+            self._f.close()
+
+
+def _close_quietly(f) -> None:
+    """Close ``f`` even when flushing its buffer fails (the data is lost either way)."""
+    try:
+        f.close()
+    except OSError:
+        with contextlib.suppress(Exception):
+            f.close()  # the buffer was dropped by the failed close; this releases the fd
+
+
+class TensorBoardLog:
+    """TensorBoard scalars in a TFRecord event file that this class owns and
+    writes synchronously (tensorboardX builds the protos). tensorboardX's ``SummaryWriter``
+    writes from a background thread that dies with a traceback on a full disk, after which its
+    bounded queue blocks the training loop forever."""
+
+    def __init__(self, logdir: Path, purge_step: int | None = None, flush_secs: float = 30.0):
+        import socket
+
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        self.logdir = logdir
+        self._Event = Event
+        self._flush_secs = flush_secs
+        self._next_flush = time.monotonic() + flush_secs
+        self._f = None
+        with self._writing():
+            logdir.mkdir(parents=True, exist_ok=True)
+            name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+            self._f = open(logdir / name, "ab")
+        try:
+            self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+            if purge_step is not None:  # TensorBoard drops the older events from this step on
+                self._write(Event(step=purge_step, wall_time=time.time(),
+                                  session_log=SessionLog(status=SessionLog.START)))
+            self.flush()
+        except BaseException:
+            self.close(quiet=True)
+            raise
+
+    def _writing(self):
+        return _writing(f"TensorBoard events to {self.logdir}")
+
+    def _write(self, event) -> None:
+        import struct
+
+        from tensorboardX.record_writer import masked_crc32c
+
+        if self._f is None:
+            return
+        data = event.SerializeToString()
+        header = struct.pack("<Q", len(data))
+        record = (header + struct.pack("<I", masked_crc32c(header)) + data
+                  + struct.pack("<I", masked_crc32c(data)))
+        with self._writing():
+            self._f.write(record)
+            if time.monotonic() >= self._next_flush:
+                self._f.flush()
+                self._next_flush = time.monotonic() + self._flush_secs
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        from tensorboardX.summary import scalar
+
+        self._write(self._Event(summary=scalar(tag, float(value)), step=int(step),
+                                wall_time=time.time()))
+
+    def flush(self) -> None:
+        if self._f is not None:
+            with self._writing():
+                self._f.flush()
+            self._next_flush = time.monotonic() + self._flush_secs
+
+    def close(self, quiet: bool = False) -> None:
+        f, self._f = self._f, None
+        if f is None:
+            return
+        if quiet:
+            _close_quietly(f)
+        else:
+            with self._writing():
+                f.close()
 
 
 def _fmt(v) -> str:
@@ -70,17 +193,19 @@ class RunLogger:
                               "episode_return"] + metric_names
         self.last_eval = float("nan")
         self._eval = self._train = self._tb = None
-        if run_dir is not None:
-            for name in ("eval.csv", "train.csv"):
-                _truncate_csv(run_dir / name, start_step)
-            self._eval = CsvLog(run_dir / "eval.csv", EVAL_COLUMNS)
-            self._train = CsvLog(run_dir / "train.csv", self.train_columns)
-            from tensorboardX import SummaryWriter
-
-            # events after the checkpoint are logged again; those at its step are kept
-            self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=start_step + 1
-                                     if start_step else None, flush_secs=30)
         self._progress = None
+        if run_dir is not None:
+            try:
+                for name in ("eval.csv", "train.csv"):
+                    _truncate_csv(run_dir / name, start_step)
+                self._eval = CsvLog(run_dir / "eval.csv", EVAL_COLUMNS)
+                self._train = CsvLog(run_dir / "train.csv", self.train_columns)
+                # events after the checkpoint are logged again; those at its step are kept
+                self._tb = TensorBoardLog(run_dir / "tb", purge_step=start_step + 1
+                                          if start_step else None, flush_secs=30)
+            except BaseException:
+                self.close()  # inside the handler: quiet, the first error is the one raised
+                raise
         if not self.quiet:
             from rich.progress import (
                 BarColumn,
@@ -122,20 +247,24 @@ class RunLogger:
                 if k != "step" and isinstance(v, (float, int, np.floating)) and np.isfinite(v):
                     self._tb.add_scalar(f"train/{k}", v, row["step"])
 
-    def log_histogram(self, tag: str, values: np.ndarray, step: int) -> None:
-        if self._tb is not None and len(values):
-            self._tb.add_histogram(tag, values, step)
-
     def close(self) -> None:
+        """Close every file, even when one of them fails. A failure (a full disk flushing the
+        last rows) is raised as one-line ``OffpolicyError``, except while an exception is being
+        handled (the training loop closes the logger on its way out of a failure: that error
+        must not be replaced)."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        for h in (self._eval, self._train):
-            if h is not None:
-                h.close()
-        if self._tb is not None:
-            self._tb.close()
+        handles = [h for h in (self._eval, self._train, self._tb) if h is not None]
         self._eval = self._train = self._tb = None
+        first: OffpolicyError | None = None
+        for h in handles:
+            try:
+                h.close()
+            except OffpolicyError as e:
+                first = first or e
+        if first is not None and sys.exc_info()[1] is None:
+            raise first
 
 
 class Stopwatch:
@@ -144,3 +273,4 @@ class Stopwatch:
 
     def __call__(self) -> float:
         return time.perf_counter() - self.t0
+

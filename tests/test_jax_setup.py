@@ -1,10 +1,10 @@
-"""XLA:CPU defaults (offpolicy/envs/platform.py): added once, never over the user's flags."""
+"""XLA:CPU defaults (offpolicy/jax_setup.py): added once, never over the user's flags."""
 
 import os
 
 import pytest
 
-from offpolicy.envs import platform
+from offpolicy import jax_setup as platform
 
 
 @pytest.fixture

@@ -1,4 +1,7 @@
-"""JAX platform set-up: persistent compilation cache and where acting runs."""
+"""JAX set-up: persistent compilation cache, XLA:CPU defaults and where acting runs.
+
+Not an environment concern, so it lives at the package root (envs/ holds environments only).
+"""
 
 from __future__ import annotations
 
@@ -107,8 +110,3 @@ def host_device():
 
     return jax.devices("cpu")[0]
 
-
-def default_backend() -> str:
-    import jax
-
-    return jax.default_backend()

@@ -1,0 +1,123 @@
+"""The agent protocol: the one contract between an algorithm and the runtime.
+
+An agent never touches an environment and the runtime never knows an algorithm's math. The
+runtime (``offpolicy.training``) reads only what this protocol declares:
+
+``data``
+    what the update learns from: :func:`transitions` (one step each, with ``next_obs``),
+    :func:`sequences` (windows of T consecutive steps of one episode, time-major, masked where
+    the episode ended) or :func:`episodes` (whole episodes from their first step, padded to a
+    maximum length and masked).
+``behaviour_fields``
+    ``{name: (shape, dtype)}``: what ``policy`` records about the action it actually took (a
+    Gaussian's mean and std, a categorical's probabilities, the actor an ensemble chose), stored
+    per step in replay so importance weights pi(a|s) / mu(a|s) can be computed later.
+``writeback_fields``
+    ``{name: (shape, dtype, initial)}``: per-step fields the update refreshes in replay
+    (importance weights, priorities, stored returns). Replay stores them next to the behaviour
+    fields, fills a new step with ``initial`` and returns them in every batch.
+``init(key) -> state``
+    the agent's whole state as a pytree (parameters, targets, optimiser states).
+``policy(params, obs[B, ...], key, explore) -> (action[B, m], behaviour_info)``
+    pure and jittable; ``explore`` is a static Python bool. ``key`` is split once per jitted
+    call by the runtime, never per step in Python. A deterministic policy ignores the key and
+    returns its greedy action; its exploration noise is a host-side process
+    (``exploration_noise``) because OU noise carries state across steps of one episode.
+``update(state, batch, key) -> (state, metrics, writeback)``
+    pure and jittable (compiled once). ``metrics`` are arrays (scalars or fixed-shape vectors,
+    e.g. how often each actor of an ensemble wins) averaged over a logging interval by the
+    runtime; ``writeback`` maps each of ``writeback_fields`` to an array shaped like the batch's
+    step index ([B] for transitions, [T, B] for sequences and episodes).
+``acting_params(state)``
+    the part of the state the policy needs (what a remote collector would be sent).
+``exploration_noise``
+    ``acting.NoiseSpec`` for deterministic policies with additive host-side noise, else None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+import numpy as np
+
+FieldSpecs = dict[str, tuple]  # name -> (shape, dtype) or (shape, dtype, initial)
+
+DATA_KINDS = ("transitions", "sequences", "episodes")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What an update learns from; build with :func:`transitions`, :func:`sequences` or
+    :func:`episodes`."""
+
+    kind: str
+    length: int = 1  # sequences: window length T; episodes: the maximum episode length
+
+    def __post_init__(self):
+        if self.kind not in DATA_KINDS:
+            raise ValueError(f"unknown data kind {self.kind!r} (valid: {', '.join(DATA_KINDS)})")
+        if self.length < 1:
+            raise ValueError(f"{self.kind} length must be >= 1, got {self.length}")
+
+
+def transitions() -> DataSpec:
+    """Batches of single steps: obs, action, reward, next_obs, discount [B] + stored fields."""
+    return DataSpec("transitions")
+
+
+def sequences(length: int) -> DataSpec:
+    """Time-major windows of ``length`` steps of one episode: obs [T+1, B], action, reward,
+    terminated, truncated, discount, mask [T, B] + stored fields [T, B, ...]."""
+    return DataSpec("sequences", int(length))
+
+
+def episodes(max_length: int) -> DataSpec:
+    """Whole episodes from their first step, padded to ``max_length`` (same layout as
+    sequences; an episode longer than ``max_length`` is cut there, its mask stays 1)."""
+    return DataSpec("episodes", int(max_length))
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """The protocol every registered agent implements (checked in tests/test_protocol.py)."""
+
+    data: DataSpec
+    behaviour_fields: FieldSpecs
+    writeback_fields: FieldSpecs
+    exploration_noise: Any  # acting.NoiseSpec | None
+
+    def init(self, key: jax.Array) -> Any: ...
+
+    def policy(self, params: Any, obs: jax.Array, key: jax.Array, explore: bool
+               ) -> tuple[jax.Array, dict[str, jax.Array]]: ...
+
+    def update(self, state: Any, batch: dict[str, jax.Array], key: jax.Array
+               ) -> tuple[Any, dict[str, jax.Array], dict[str, jax.Array]]: ...
+
+    def acting_params(self, state: Any) -> Any: ...
+
+
+def check_agent(agent: Any) -> None:
+    """Raise TypeError naming what ``agent`` lacks of the protocol (used by the registry)."""
+    if not isinstance(agent, Agent):
+        missing = [n for n in ("data", "behaviour_fields", "writeback_fields",
+                               "exploration_noise", "init", "policy", "update", "acting_params")
+                   if not hasattr(agent, n)]
+        raise TypeError(f"{type(agent).__name__} does not implement the agent protocol "
+                        f"(missing: {', '.join(missing)})")
+    if not isinstance(agent.data, DataSpec):
+        raise TypeError(f"{type(agent).__name__}.data must be a DataSpec, got {agent.data!r}")
+    specs = [("behaviour_fields", k, v, 2) for k, v in agent.behaviour_fields.items()]
+    specs += [("writeback_fields", k, v, 3) for k, v in agent.writeback_fields.items()]
+    for name, k, v, n in specs:
+        if not (isinstance(k, str) and isinstance(v, tuple) and len(v) == n
+                and isinstance(v[0], tuple)):
+            what = "(shape, dtype)" if n == 2 else "(shape, dtype, initial)"
+            raise TypeError(f"{type(agent).__name__}.{name}[{k!r}] must be {what}, got {v!r}")
+        np.dtype(v[1])
+    clash = set(agent.behaviour_fields) & set(agent.writeback_fields)
+    if clash:
+        raise TypeError(f"{type(agent).__name__}: fields both behaviour and write-back: "
+                        f"{', '.join(sorted(clash))}")

@@ -1,0 +1,212 @@
+"""The learner: sampling per the agent's data spec, the jitted update, write-back, metrics.
+
+It owns the agent's state (parameters, targets, optimiser states) and the keys of the update
+and of acting, and reads replay only through ``sample*`` / ``write``. Every update is one jitted
+call, compiled once: it splits its key inside, sums the agent's metrics into an on-device
+accumulator (fetched once per logging interval, where NaN/inf losses are caught) and returns
+the agent's write-back arrays, which go into replay at the sampled indices before the next
+sample. ``update_and_act`` fuses the last update of an env step with the policy for the next
+observations: one dispatch and one host sync per env step.
+
+Observation normalisation is applied here to every observation-like key of a batch (``obs``,
+``next_obs``: transitions, sequences and episodes alike) and reward scaling to ``reward``, with
+the statistics current at sampling time, so replay keeps raw data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from offpolicy.agents.base import Agent
+from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
+from offpolicy.errors import NonFiniteError
+from offpolicy.replay.storage import ReplayBuffer
+
+OBS_KEYS = ("obs", "next_obs")
+
+
+def _key_to_list(key: jax.Array) -> list[int]:
+    return np.asarray(key).astype(np.uint32).tolist()
+
+
+class Learner:
+    def __init__(self, agent: Agent, replay: ReplayBuffer, batch_size: int, seed: int,
+                 obs_norm: ObsNormalizer, reward_scale: RewardScaler):
+        self.agent, self.replay, self.batch_size = agent, replay, batch_size
+        self.obs_norm, self.reward_scale = obs_norm, reward_scale
+        self.normalizing = obs_norm.enabled or reward_scale.enabled
+        # distinct buffers for every leaf (targets start as copies), as donation requires
+        self.state = jax.tree_util.tree_map(jnp.array, agent.init(jax.random.PRNGKey(seed)))
+        self.update_key = jax.random.PRNGKey(seed + 4)
+        self.act_key = jax.random.PRNGKey(seed + 5)
+        self.data = agent.data
+        self.writes_back = bool(agent.writeback_fields)
+        self._traces = {"step": 0, "step_act": 0}
+        self._metric_shapes: dict[str, tuple[int, ...]] | None = None
+        self._build()
+        self.acc = self._zero_acc()
+
+    # ------------------------------------------------------------------ jitted steps
+    def _build(self) -> None:
+        agent = self.agent
+
+        def update(state, acc, key, batch):
+            key, sub = jax.random.split(key)
+            state, metrics, writeback = agent.update(state, batch, sub)
+            acc = {k: acc[k] + metrics[k] for k in metrics} | {"count": acc["count"] + 1}
+            return state, acc, key, writeback
+
+        def step(state, acc, key, batch):
+            self._traces["step"] += 1  # runs only while tracing: counts compilations
+            return update(state, acc, key, batch)
+
+        def step_act(state, acc, key, batch, act_key, obs):
+            """The update, then the exploring action for the next observations with the new
+            parameters: one dispatch and one host sync per env step instead of two."""
+            self._traces["step_act"] += 1
+            state, acc, key, writeback = update(state, acc, key, batch)
+            act_key, sub = jax.random.split(act_key)
+            action, info = agent.policy(agent.acting_params(state), obs, sub, True)
+            return state, acc, key, writeback, act_key, action, info
+
+        self._step = jax.jit(step, donate_argnums=(0, 1))
+        self._step_act = jax.jit(step_act, donate_argnums=(0, 1))
+        # pipelined acting reads the previous state while the update runs: no donation
+        self._step_keep = jax.jit(step)
+
+    @property
+    def compile_count(self) -> int:
+        """The most times any jitted step was traced: 1 once training has started means the
+        update compiled on its first call and never again."""
+        return max(self._traces.values())
+
+    def metric_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The update's metrics and their shapes (traced once, abstractly: no compile)."""
+        if self._metric_shapes is None:
+            idx, batch = self._example_batch()
+            _, metrics, _ = jax.eval_shape(self.agent.update, self.state, batch,
+                                           jax.random.PRNGKey(0))
+            self._metric_shapes = {k: tuple(v.shape) for k, v in sorted(metrics.items())}
+        return self._metric_shapes
+
+    def metric_columns(self) -> list[str]:
+        """train.csv columns: a scalar metric is one column, a vector metric one per entry."""
+        cols = []
+        for k, shape in self.metric_shapes().items():
+            n = int(np.prod(shape)) if shape else 0
+            cols += [k] if n == 0 else [f"{k}_{i}" for i in range(n)]
+        return cols
+
+    def _zero_acc(self) -> dict:
+        return {k: jnp.zeros(s, jnp.float32) for k, s in self.metric_shapes().items()} | {
+            "count": jnp.zeros((), jnp.int32)}
+
+    def _example_batch(self):
+        """A batch of the right shapes for tracing, whatever replay holds."""
+        n = self.batch_size
+        d = self.data
+        if d.kind == "transitions":
+            idx = np.zeros(n, np.int64)
+            return idx, self.replay.gather(idx)
+        t = d.length
+        steps = np.zeros((t, n), np.int64)
+        return steps, self.replay._windows(steps[0], t)[1]
+
+    # ------------------------------------------------------------------ sampling
+    def ready(self) -> bool:
+        """Whether replay holds enough data for one batch of the agent's kind."""
+        return len(self.replay) >= self.batch_size
+
+    def sample(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A batch per the agent's data spec, normalised."""
+        d, n = self.data, self.batch_size
+        if d.kind == "transitions":
+            idx, batch = self.replay.sample(n)
+        elif d.kind == "sequences":
+            idx, batch = self.replay.sample_sequences(n, d.length)
+        else:
+            idx, batch = self.replay.sample_episodes(n, d.length)
+        return idx, self.normalize(batch)
+
+    def normalize(self, batch: dict) -> dict:
+        if self.normalizing:
+            for k in OBS_KEYS:
+                if k in batch:
+                    batch[k] = self.obs_norm(batch[k])
+            batch["reward"] = self.reward_scale(batch["reward"])
+        return batch
+
+    # ------------------------------------------------------------------ updating
+    def update(self, idx: np.ndarray | None = None, batch: dict | None = None) -> None:
+        """One update on ``batch`` (default: a fresh sample), write-back applied."""
+        if batch is None:
+            idx, batch = self.sample()
+        self.state, self.acc, self.update_key, wb = self._step(self.state, self.acc,
+                                                               self.update_key, batch)
+        self._write_back(idx, batch, wb)
+
+    def update_and_act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """One update, then the exploring action for ``obs`` [K, ...] with the new
+        parameters (NumPy)."""
+        idx, batch = self.sample()
+        (self.state, self.acc, self.update_key, wb, self.act_key, action,
+         info) = self._step_act(self.state, self.acc, self.update_key, batch, self.act_key, obs)
+        self._write_back(idx, batch, wb)
+        return np.asarray(action), {k: np.asarray(v) for k, v in info.items()}
+
+    def dispatch(self, idx: np.ndarray, batch: dict) -> Any:
+        """Start one update without waiting for it (pipelined acting): the previous state
+        stays readable; returns the pending write-back for :meth:`finish`."""
+        self.state, self.acc, self.update_key, wb = self._step_keep(self.state, self.acc,
+                                                                    self.update_key, batch)
+        return idx, batch, wb
+
+    def finish(self, pending: Any) -> None:
+        if pending is not None:
+            self._write_back(*pending)
+
+    def _write_back(self, idx, batch, wb) -> None:
+        if self.writes_back and wb:
+            mask = batch.get("mask")
+            self.replay.write(idx, {k: np.asarray(v) for k, v in wb.items()},
+                              None if mask is None else np.asarray(mask))
+
+    def acting_params(self) -> Any:
+        return self.agent.acting_params(self.state)
+
+    # ------------------------------------------------------------------ metrics
+    def flush_metrics(self, s0: int, s1: int, checkpointed: bool) -> dict[str, float]:
+        """Mean of every metric since the last flush (NaN/inf stops the run here)."""
+        host = jax.device_get(self.acc)
+        count = int(host.pop("count"))
+        means: dict[str, float] = {}
+        for k, shape in self.metric_shapes().items():
+            v = np.asarray(host[k], np.float64) / count if count else np.full(shape, math.nan)
+            if shape:
+                means.update({f"{k}_{i}": float(x) for i, x in enumerate(v.ravel())})
+            else:
+                means[k] = float(v)
+        if count and not all(math.isfinite(v) for v in means.values()):
+            bad = ", ".join(k for k, v in means.items() if not math.isfinite(v))
+            kept = ("its last good checkpoint is kept" if checkpointed else
+                    "no checkpoint had been written yet")
+            raise NonFiniteError(
+                f"non-finite loss ({bad}) between steps {s0} and {s1}; the run stopped "
+                f"and {kept}")
+        self.acc = self._zero_acc()
+        return means
+
+    # ------------------------------------------------------------------ checkpoints
+    def keys_state(self) -> dict:
+        return {"update_key": _key_to_list(self.update_key),
+                "act_key": _key_to_list(self.act_key)}
+
+    def load_keys(self, d: dict) -> None:
+        if "update_key" in d:
+            self.update_key = jnp.asarray(np.asarray(d["update_key"], np.uint32))
+            self.act_key = jnp.asarray(np.asarray(d["act_key"], np.uint32))

@@ -1,0 +1,485 @@
+"""The run: schedule, evaluation, checkpoints, signals and the run directory.
+
+It wires an agent (``agents/base.py``) to a :class:`Collector` (envs, noise, episodes, replay
+writes) and a :class:`Learner` (sampling, the jitted update, write-back, metrics) and drives
+them; it knows no algorithm's math.
+
+One iteration of the loop (Algorithm 1 of the papers, K env copies at once):
+
+1. actions: uniformly random during warm-up; else the exploring action computed by the last
+   fused update-and-act call, or the policy on the current parameters;
+2. the collector steps the K env copies and writes the K transitions into replay;
+3. updates: ``updates_per_step`` per env step (K env steps give K x as many), the last one
+   fused with the policy for the next observations; or, with ``segment_length`` k, every k
+   steps one update on the segment just collected plus Poisson(``replay_ratio``) updates from
+   replay (ACER's Algorithm 1).
+
+``--pipeline`` reorders 2 and 3 so that they overlap: the update of step t is dispatched on a
+batch sampled *before* transition t was stored, then the env steps while it runs; the next
+action waits for it and uses its parameters. The departure from Algorithm 1 is that update t
+cannot sample transition t (in the papers' order it could): one transition out of a replay of
+up to a million.
+
+Resuming restores parameters, optimiser states, targets, replay, counters, keys and every RNG
+state from the latest checkpoint; the episodes in progress when it was written restart from a
+fresh reset (their transitions so far stay in replay).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import yaml
+
+from offpolicy import registry
+from offpolicy.agents.acting import HostPolicy
+from offpolicy.agents.base import check_agent
+from offpolicy.envs.make import action_spec, make_env, observation_shape
+from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
+from offpolicy.errors import OffpolicyError
+from offpolicy.jax_setup import configure_jax
+from offpolicy.plotting import last_eval, plot_run
+from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.training import checkpoint
+from offpolicy.training.collector import Collector
+from offpolicy.training.evaluation import Evaluator
+from offpolicy.training.learner import Learner
+from offpolicy.training.logger import RunLogger, Stopwatch, eval_row
+
+FIRST_CHECKPOINT = 1_000  # the first checkpoint comes early, so --resume has one soon
+RUN_FILES = ("config.yaml", "eval.csv", "train.csv", "tb", "checkpoints", "curve.png")
+
+
+class Run:
+    """One training run: agent, collector, learner, evaluation, logging and checkpoints."""
+
+    def __init__(self, run: registry.RunConfig, run_dir: str | Path | None = None,
+                 resume: bool = False, with_replay: bool = True):
+        configure_jax()
+        self.run = run
+        tc = run.train
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        # Everything that can fail on bad input happens before the run directory exists.
+        probe = make_env(tc.env, tc.seed)
+        self.spec = action_spec(probe)
+        self.obs_shape = observation_shape(probe)
+        probe.close()
+        self.agent = registry.build_agent(run, self.obs_shape, self.spec)
+        check_agent(self.agent)
+        fields = dict(self.agent.behaviour_fields) | dict(self.agent.writeback_fields)
+        k = tc.num_envs
+        self.replay = ReplayBuffer(tc.buffer_size if with_replay else 2 * k, self.obs_shape,
+                                   self.spec.flat_dim, fields, seed=tc.seed + 2, num_streams=k)
+        self.obs_norm = ObsNormalizer(self.obs_shape, tc.normalize_obs)
+        self.reward_scale = RewardScaler(getattr(run.agent, "gamma", 0.99), tc.normalize_reward,
+                                         k)
+        self.learner = Learner(self.agent, self.replay, tc.batch_size, tc.seed, self.obs_norm,
+                               self.reward_scale)
+        self.policy = HostPolicy(self.agent.policy, tc.seed + 6)
+        self._collector: Collector | None = None
+        self.step = 0
+        self.best_return = -math.inf
+        self.elapsed = 0.0
+        self.eval_history: list[dict] = []
+        self._update_credit = 0.0
+        self._ckpt_written = False
+        self._owns_dir = False  # this run created the directory (or found it empty)
+        self._created_dir = False
+        self._last_ckpt_step = -1
+        self._evaluator: Evaluator | None = None
+        self._saved_collector: dict | None = None
+        if resume:
+            if self.run_dir is None:
+                raise OffpolicyError("--resume needs a run directory")
+            if checkpoint.has_checkpoint(self.run_dir):
+                self.restore(checkpoint.locate(self.run_dir, "latest"))
+                self._write_config()  # --steps etc. may have changed
+            else:  # killed before its first checkpoint: nothing to continue
+                print(f"offpolicy: {self.run_dir} has no checkpoint yet (the run stopped before "
+                      "its first one); starting it from step 0", file=sys.stderr)
+                self._clear_run_files()
+                self._owns_dir = True
+                self._write_config()
+        elif self.run_dir is not None:
+            self._claim_dir()
+            self._write_config()
+
+    # ------------------------------------------------------------------ run directory
+    def _claim_dir(self) -> None:
+        d = self.run_dir
+        try:
+            self._created_dir = not d.exists()
+            if not self._created_dir and any(d.iterdir()):
+                names = {c.name for c in d.iterdir()}
+                if names <= set(RUN_FILES) and not checkpoint.has_checkpoint(d):
+                    print(f"offpolicy: {d} holds a run that stopped before its first "
+                          "checkpoint; starting afresh there", file=sys.stderr)
+                    self._clear_run_files()
+                else:
+                    raise OffpolicyError(
+                        f"run directory {d} already exists and is not empty; pass --resume "
+                        "to continue it or choose another --run-dir")
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OffpolicyError(f"cannot use run directory {d}: {e}") from e
+        self._owns_dir = True
+
+    def _clear_run_files(self) -> None:
+        for name in RUN_FILES:
+            p = self.run_dir / name
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists():
+                p.unlink()
+
+    def _write_config(self) -> None:
+        try:
+            checkpoint.write_text_atomic(self.run_dir / "config.yaml",
+                                         yaml.safe_dump(self.run.to_dict(), sort_keys=False))
+        except OSError as e:
+            raise OffpolicyError(f"cannot write {self.run_dir / 'config.yaml'}: {e}") from e
+
+    # ------------------------------------------------------------------ parts
+    @property
+    def train_cfg(self):
+        return self.run.train
+
+    @property
+    def collector(self) -> Collector:
+        """The training envs, built on first use (evaluating a loaded agent needs none)."""
+        if self._collector is None:
+            tc = self.train_cfg
+            self._collector = Collector(tc.env, tc.num_envs, tc.seed, self.spec, self.obs_shape,
+                                        self.replay, self.agent.exploration_noise,
+                                        self.agent.behaviour_fields, self.obs_norm,
+                                        self.reward_scale, tc.async_envs)
+            if self._saved_collector is not None:
+                self._collector.load_state_dict(self._saved_collector)
+        return self._collector
+
+    @property
+    def state(self) -> Any:
+        return self.learner.state
+
+    @property
+    def compile_count(self) -> int:
+        return self.learner.compile_count
+
+    @property
+    def episodes(self) -> int:
+        if self._collector is not None:
+            return self._collector.episodes
+        return int((self._saved_collector or {}).get("episodes", 0))
+
+    def act(self, obs: np.ndarray, explore: bool = False
+            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Agent-space actions for normalised observations [B, ...] with the current
+        parameters (greedy unless ``explore``)."""
+        params = self.policy.host_params(self.learner.acting_params())
+        return self.policy.act(params, obs, explore)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _meta(self) -> dict:
+        return {
+            "algo": self.run.algo, "best_return": self.best_return, "elapsed": self.elapsed,
+            "update_credit": self._update_credit,
+            "collector": (self._collector.state_dict() if self._collector is not None
+                          else self._saved_collector or {}),
+            "keys": self.learner.keys_state(), "policy": self.policy.state_dict(),
+            "obs_norm": self.obs_norm.rms.state_dict(),
+            "env_seed": self.run.train.seed, "jax_version": jax.__version__,
+            "config": self.run.to_dict(),
+        }
+
+    def save_checkpoint(self, kind: str = "latest") -> Path | None:
+        if self.run_dir is None:
+            return None
+        replay = self.replay if (kind == "latest" and self.train_cfg.save_replay) else None
+        path = checkpoint.save(self.run_dir / "checkpoints", kind, self.step, self.state,
+                               self._meta(), replay)
+        self._ckpt_written = True
+        if kind == "latest":
+            self._last_ckpt_step = self.step
+        return path
+
+    def restore(self, ckpt: Path, with_replay: bool = True) -> None:
+        """Restore everything a checkpoint holds: parameters, optimiser states, targets,
+        counters, keys, RNG states, noise, normaliser statistics and (``with_replay``, if
+        saved) the replay. Evaluation restores without replay and never reads its file."""
+        state, meta = checkpoint.load(ckpt, self.state)
+        if meta.get("algo") != self.run.algo:
+            raise OffpolicyError(f"checkpoint {ckpt} is for {meta.get('algo')}, "
+                                 f"not {self.run.algo}")
+        if with_replay:
+            if meta.get("has_replay"):
+                self.replay.load(ckpt / "replay.npz")
+            elif self.run_dir is not None:
+                print(f"offpolicy: warning: checkpoint {ckpt} has no replay (save_replay was "
+                      "off); training continues with an empty replay buffer", file=sys.stderr)
+            self.replay.close_episode()
+        self.learner.state = state
+        self.learner.load_keys(meta.get("keys", {}))
+        if "policy" in meta:
+            self.policy.load_state_dict(meta["policy"])
+        self.step = int(meta["step"])
+        self.best_return = float(meta["best_return"])
+        self.elapsed = float(meta["elapsed"])
+        self._update_credit = float(meta["update_credit"])
+        self.obs_norm.rms.load_state_dict(meta["obs_norm"])
+        self._saved_collector = meta.get("collector") or None
+        if self._saved_collector is not None:  # the learner scales rewards with these
+            self.reward_scale.rms.load_state_dict(self._saved_collector["reward_scale"])
+        if self._collector is not None and self._saved_collector is not None:
+            self._collector.load_state_dict(self._saved_collector)
+        self._ckpt_written = True
+        self._last_ckpt_step = self.step
+        if self.run_dir is not None:  # a best save may have followed the latest one
+            try:
+                best_meta = checkpoint.load_meta(checkpoint.locate(self.run_dir, "best"))
+                self.best_return = max(self.best_return, float(best_meta["best_return"]))
+            except (OffpolicyError, KeyError, ValueError):
+                pass
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, episodes: int | None = None, policy=None) -> np.ndarray:
+        """Returns of ``episodes`` (default ``eval_episodes``) deterministic episodes;
+        ``policy`` replaces the agent's (e.g. one actor of an ensemble)."""
+        tc = self.train_cfg
+        n = tc.eval_episodes if episodes is None else episodes
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise OffpolicyError(f"episodes must be a positive integer, got {n!r}")
+        if self._evaluator is None or self._evaluator.episodes != n:
+            self._evaluator = Evaluator(tc.env, int(n), tc.seed + 10_000, self.spec)
+        params = self.policy.host_params(self.learner.acting_params())
+        if policy is None:
+            act = lambda o: self.policy.act(params, o, False)[0]  # noqa: E731
+        else:
+            jitted = jax.jit(policy, static_argnums=3)
+            key = jax.random.PRNGKey(0)
+            act = lambda o: np.asarray(jitted(params, o, key, False)[0])  # noqa: E731
+        return self._evaluator.run(act, self.obs_norm)
+
+    # ------------------------------------------------------------------ the loop
+    def train(self, until: int | None = None, final_eval: bool = True) -> dict[str, Any]:
+        """Train until env step ``until`` (default: ``train.steps``), then evaluate (unless
+        ``final_eval`` is False or that step was just evaluated). Returns a summary with
+        ``status`` 'completed' or 'interrupted' and the ``signal`` that stopped it."""
+        tc = self.train_cfg
+        total = until if until is not None else tc.steps
+        status = "completed"
+        logger = RunLogger(self.run_dir, self.learner.metric_columns(), total, self.step,
+                           tc.quiet, f"{self.run.algo} {tc.env} s{tc.seed}")
+        self._stop_signal: int | None = None
+        old_handlers = self._install_signals()
+        try:
+            if self.step < total:
+                self._loop(total, logger)
+            if self._stop_signal is not None:
+                status = "interrupted"
+            elif final_eval and self._last_eval()[0] != self.step:
+                self._do_eval(logger)
+            if (self.run_dir is not None and (status == "interrupted" or self.step >= total)
+                    and self._last_ckpt_step != self.step):
+                self.save_checkpoint("latest")
+            logger.close()
+        except BaseException:
+            try:
+                logger.close()
+            except OffpolicyError:  # e.g. a full disk: the original error is the one to show
+                pass
+            self._cleanup_failed()
+            raise
+        finally:
+            self._restore_signals(old_handlers)
+        if self.run_dir is not None and status == "completed":
+            plot_run(self.run_dir)
+        return {"status": status, "signal": self._stop_signal, "step": self.step,
+                "final_return": self._last_eval()[1], "best_return": self.best_return,
+                "run_dir": str(self.run_dir)}
+
+    def _last_eval(self) -> tuple[int, float]:
+        """(step, return_mean) of the newest evaluation, from memory or eval.csv."""
+        if self.eval_history:
+            return self.eval_history[-1]["step"], self.eval_history[-1]["return_mean"]
+        if self.run_dir is not None:
+            return last_eval(self.run_dir / "eval.csv")
+        return -1, math.nan
+
+    def final_return(self) -> float:
+        return self._last_eval()[1]
+
+    def _do_eval(self, logger: RunLogger) -> None:
+        returns = self.evaluate()
+        row = eval_row(self.step, returns, self.elapsed)
+        self.eval_history.append(row)
+        logger.log_eval(row)
+        if row["return_mean"] > self.best_return:
+            self.best_return = row["return_mean"]
+            self.save_checkpoint("best")
+
+    def _can_learn(self, step: int) -> bool:
+        """Updates start once warm-up is over and replay holds a batch."""
+        return step > self.train_cfg.warmup_steps and self.learner.ready()
+
+    def _updates_due(self, env_steps: int) -> int:
+        """How many updates this iteration owes (the credit keeps fractional rates exact)."""
+        self._update_credit += env_steps * self.train_cfg.updates_per_step
+        n = int(self._update_credit)
+        self._update_credit -= n
+        return n
+
+    def _loop(self, total: int, logger: RunLogger) -> None:
+        tc = self.train_cfg
+        collector, learner, k = self.collector, self.learner, tc.num_envs
+        segment = tc.segment_length
+        on_policy_segments = segment > 0 and learner.data.kind == "sequences"
+        poisson = np.random.Generator(np.random.PCG64(tc.seed + 7))
+        if self.step > 0 and self.step % tc.eval_every == 0 and \
+                self._last_eval()[0] < self.step:
+            self._do_eval(logger)  # due when the run stopped, not yet done
+        if not collector.started:  # a new run or a restored one: start fresh episodes
+            collector.begin()
+        step = self.step
+        clock = Stopwatch(self.elapsed)
+        interval_t0, interval_s0 = clock(), step
+        next_log = (step // tc.log_every + 1) * tc.log_every
+        next_eval = (step // tc.eval_every + 1) * tc.eval_every
+        next_ckpt = (step // tc.checkpoint_every + 1) * tc.checkpoint_every
+        if not self._ckpt_written and step < FIRST_CHECKPOINT:
+            next_ckpt = min(next_ckpt, FIRST_CHECKPOINT)
+        next_segment = (step // (segment * k) + 1) * segment * k if segment else 0
+        next_progress = step + 100
+        next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
+        last_progress_t, last_progress_step = time.perf_counter(), step
+        greedy = None  # (action, info) for the current obs from the fused update
+        pending = None  # pipelined: the update in flight
+        params_cache = None
+        try:
+            while step < total:
+                warm = step < tc.warmup_steps
+                if warm:
+                    action, info = collector.random_actions()
+                elif greedy is not None:
+                    action, info = collector.explore(greedy[0]), greedy[1]
+                else:
+                    if params_cache is None:
+                        params_cache = self.policy.host_params(learner.acting_params())
+                    action, info = self.policy.act(params_cache, collector.obs_n, True)
+                    action = collector.explore(action)
+                greedy = None
+                if tc.pipeline and not segment:  # dispatch before the env step: they overlap
+                    n_updates = self._updates_due(k) if self._can_learn(step + k) else 0
+                    if n_updates:
+                        learner.finish(pending)
+                        for _ in range(n_updates - 1):
+                            learner.update()
+                        pending = learner.dispatch(*learner.sample())
+                        params_cache = None
+                    collector.step(action, info, step)
+                    step += k
+                else:
+                    collector.step(action, info, step)
+                    step += k
+                    if segment:
+                        if step >= next_segment:
+                            next_segment += segment * k
+                            if self._can_learn(step):
+                                if on_policy_segments:
+                                    learner.update(*self._segment_batch(segment))
+                                for _ in range(int(poisson.poisson(tc.replay_ratio))):
+                                    learner.update()
+                                params_cache = None
+                    elif self._can_learn(step):
+                        n_updates = self._updates_due(k)
+                        if n_updates:
+                            for _ in range(n_updates - 1):
+                                learner.update()
+                            greedy = learner.update_and_act(collector.obs_n)
+                            params_cache = None
+                if step < next_event and self._stop_signal is None:
+                    continue
+                # ---- periodic work (never more than once per 100 steps) ----
+                learner.finish(pending)
+                pending = None
+                self.step, self.elapsed = step, clock()
+                # the NaN check (inside the flush) precedes every evaluation and checkpoint
+                if (step >= min(next_log, next_eval, next_ckpt) or self._stop_signal is not None
+                        or step >= total):
+                    means = learner.flush_metrics(interval_s0, step, self._ckpt_written)
+                    elapsed = clock() - interval_t0
+                    logger.log_train({"step": step, "wall_time": round(clock(), 3),
+                                      "steps_per_s": (step - interval_s0) / max(elapsed, 1e-9),
+                                      "episodes": collector.episodes,
+                                      "episode_return": collector.mean_finished(), **means})
+                    interval_t0, interval_s0 = clock(), step
+                    next_log = (step // tc.log_every + 1) * tc.log_every
+                if self._stop_signal is not None:
+                    return
+                if step >= next_eval:
+                    self._do_eval(logger)
+                    next_eval = (step // tc.eval_every + 1) * tc.eval_every
+                if step >= next_ckpt:
+                    self.save_checkpoint("latest")
+                    next_ckpt = (step // tc.checkpoint_every + 1) * tc.checkpoint_every
+                now = time.perf_counter()
+                if now - last_progress_t > 0.5 or step >= total:
+                    rate = (step - last_progress_step) / max(now - last_progress_t, 1e-9)
+                    logger.progress(step, rate)  # steps/s since the previous refresh
+                    last_progress_t, last_progress_step = now, step
+                next_progress = step + 100
+                next_event = min(next_log, next_eval, next_ckpt, next_progress, total)
+        finally:  # the Run always holds a live state, never a donated one
+            learner.finish(pending)
+            self.step, self.elapsed = step, clock()
+            self._greedy = greedy
+
+    def _segment_batch(self, length: int):
+        idx, batch = self.replay.recent_sequences(length)
+        return idx, self.learner.normalize(batch)
+
+    def _cleanup_failed(self) -> None:
+        """A run that failed before its first checkpoint leaves no files behind (a directory
+        the user created empty stays, empty)."""
+        if self.run_dir is not None and self._owns_dir and not self._ckpt_written:
+            if not self.run_dir.exists():
+                return
+            for child in self.run_dir.iterdir():
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+            if self._created_dir:
+                self.run_dir.rmdir()
+
+    def close(self) -> None:
+        if self._collector is not None:
+            self._collector.close()
+        if self._evaluator is not None:
+            self._evaluator.close()
+
+    # ------------------------------------------------------------------ signals
+    def _install_signals(self):
+        def handler(signum, frame):
+            if self._stop_signal is not None:  # a second Ctrl-C: stop at once
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+
+        old = {}
+        try:
+            for s in (signal.SIGINT, signal.SIGTERM):
+                old[s] = signal.signal(s, handler)
+        except ValueError:  # not the main thread: no signal handling
+            pass
+        return old
+
+    def _restore_signals(self, old) -> None:
+        for s, h in old.items():
+            signal.signal(s, h)

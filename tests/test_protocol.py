@@ -1,0 +1,140 @@
+"""The agent protocol (agents/base.py) and the runtime paths that families build on.
+
+* every registered agent satisfies ``base.Agent`` and its declarations match what its policy
+  and update really return;
+* a toy stochastic agent (tests/toy_agents.py) learns a small task through ``sequences(T)``
+  sampling, behaviour info stored in replay and a write-back field, end to end;
+* the write-back path puts the update's values at the sampled steps, under the masks;
+* ``--num-envs`` and ``--pipeline`` keep the number of updates per env step.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import toy_agents
+from _helpers import tiny_run
+
+from offpolicy import registry
+from offpolicy.agents import base
+from offpolicy.errors import OffpolicyError
+from offpolicy.training.run import Run
+
+toy_agents.register()
+
+TINY = {"ddpg": {"hidden": (16, 16)}, "ace": {"encoder_size": 16, "hidden": 16,
+                                               "num_actors": 3}}
+
+
+def _tiny(algo, **train):
+    section = registry.get(algo).section
+    return registry.resolve(
+        algo, train_overrides={"env": "Pendulum-v1", "batch_size": 8, "eval_episodes": 1,
+                               "quiet": True, **train},
+        agent_overrides=TINY.get(section, {}))
+
+
+@pytest.mark.parametrize("algo", [a for a in registry.ALGORITHMS if a != "toy-pg"])
+def test_every_registered_agent_implements_the_protocol(algo):
+    r = Run(_tiny(algo), None)
+    agent = r.agent
+    assert isinstance(agent, base.Agent)
+    base.check_agent(agent)
+    assert agent.data.kind in base.DATA_KINDS
+    # the policy returns flat actions and exactly the declared behaviour fields
+    obs = np.zeros((2, *r.obs_shape), np.float32)
+    action, info = jax.jit(agent.policy, static_argnums=3)(
+        agent.acting_params(r.state), obs, jax.random.PRNGKey(0), True)
+    assert action.shape == (2, r.spec.flat_dim)
+    assert set(info) == set(agent.behaviour_fields)
+    for k, (shape, dtype) in agent.behaviour_fields.items():
+        assert info[k].shape == (2, *shape) and info[k].dtype == np.dtype(dtype)
+    # the update returns (state, metrics, writeback) with the declared write-back fields
+    _, batch = r.learner._example_batch()
+    state, metrics, wb = jax.eval_shape(agent.update, r.state, batch, jax.random.PRNGKey(0))
+    assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(r.state)
+    assert set(wb) == set(agent.writeback_fields) and metrics
+
+
+def test_check_agent_names_what_is_missing():
+    class Half:
+        data = base.transitions()
+
+        def init(self, key):
+            return {}
+
+    with pytest.raises(TypeError, match="policy"):
+        base.check_agent(Half())
+    with pytest.raises(ValueError, match="length"):
+        base.sequences(0)
+
+
+def _toy_run(**train):
+    return registry.resolve("toy-pg", train_overrides={
+        "env": "toy_envs:ToyGuess-v0", "batch_size": 16, "eval_episodes": 10,
+        "eval_every": 1000, "log_every": 500, "quiet": True, **train})
+
+
+def test_toy_stochastic_agent_learns_through_sequences_and_writeback():
+    r = Run(_toy_run(steps=3000, seed=0), None)
+    assert r.agent.data == base.sequences(4)
+    before = float(np.mean(r.evaluate(10)))
+    summary = r.train()
+    assert summary["status"] == "completed" and r.compile_count == 1
+    # random guessing earns 8/3 per episode, the optimal policy 8
+    assert before < 5.0 and summary["final_return"] >= 7.5, (before, summary)
+    # behaviour probabilities are stored with every step; rho was written back
+    n = r.replay.size
+    valid = r.replay.valid[:n]
+    probs = r.replay.extras["probs"][:n][valid]
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    rho = r.replay.extras["rho"][:n][valid]
+    assert np.mean(rho != 1.0) > 0.5 and np.all(rho > 0)
+
+
+def test_writeback_lands_at_the_sampled_steps_under_the_mask():
+    r = Run(_toy_run(steps=200, seed=1), None)
+    r.train(until=200, final_eval=False)
+    learner, replay = r.learner, r.replay
+    replay.extras["rho"][:] = -1.0
+    idx, batch = learner.sample()
+    params = jax.device_get(learner.acting_params())  # the update donates the state
+    learner.update(idx, batch)
+    # expected: pi/mu under the parameters before the update, at the valid steps only
+    obs, act = batch["obs"][:-1], batch["action"][..., 0].astype(int)
+    logits = obs @ np.asarray(params["pi"])
+    pi = np.exp(logits - logits.max(-1, keepdims=True))
+    pi /= pi.sum(-1, keepdims=True)
+    taken = np.take_along_axis(pi, act[..., None], -1)[..., 0]
+    mu = np.take_along_axis(batch["probs"], act[..., None], -1)[..., 0]
+    mask = batch["mask"] > 0
+    np.testing.assert_allclose(replay.extras["rho"][idx[mask]], (taken / mu)[mask], rtol=1e-5)
+    untouched = np.ones(replay.capacity, bool)
+    untouched[idx[mask]] = False
+    assert np.all(replay.extras["rho"][untouched] == -1.0)
+
+
+def test_replay_write_rejects_unknown_fields():
+    r = Run(_toy_run(steps=50), None)
+    with pytest.raises(OffpolicyError, match="no field"):
+        r.replay.write(np.zeros(2, np.int64), {"nope": np.zeros(2)})
+
+
+@pytest.mark.parametrize("num_envs, pipeline", [(1, True), (3, False), (3, True)])
+def test_num_envs_and_pipeline_keep_updates_per_env_step(num_envs, pipeline):
+    run = tiny_run(steps=300, num_envs=num_envs, pipeline=pipeline, eval_every=300,
+                   log_every=100, checkpoint_every=10_000)
+    r = Run(run, None)
+    calls = []
+    inner = r.learner._write_back
+    r.learner._write_back = lambda *a: (calls.append(1), inner(*a))  # one call per update
+    summary = r.train(until=300)
+    assert summary["status"] == "completed" and r.step == 300
+    assert r.replay.num_valid == 300 and r.compile_count == 1
+    # updates start once replay holds a batch (16 transitions); then one per env step
+    start = 16 if num_envs == 1 else 18
+    assert abs(len(calls) - (300 - start)) <= num_envs + 1, len(calls)
+    if num_envs > 1:
+        assert r.replay.num_streams == num_envs
+        assert set(np.unique(r.replay.sizes)) <= {100, 101, 102, 103, 104, 105, 106}

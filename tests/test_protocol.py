@@ -21,7 +21,16 @@ from offpolicy.agents import base
 from offpolicy.errors import OffpolicyError
 from offpolicy.training.run import Run
 
-toy_agents.register()
+
+
+@pytest.fixture(autouse=True)
+def toy_pg_registered():
+    """``toy-pg`` is in the registry during these tests only (``offpolicy list`` etc. must not
+    see it elsewhere)."""
+    added = toy_agents.register()
+    yield
+    if added:
+        registry.ALGORITHMS.pop("toy-pg")
 
 TINY = {"ddpg": {"hidden": (16, 16)}, "ace": {"encoder_size": 16, "hidden": 16,
                                                "num_actors": 3}}

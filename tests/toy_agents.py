@@ -92,11 +92,13 @@ class ToyPG:
         return {"params": params, "opt": opt}, metrics, {"rho": rho}
 
 
-def register() -> None:
-    """Add ``toy-pg`` to the registry (tests only)."""
+def register() -> bool:
+    """Add ``toy-pg`` to the registry (tests only); True if this call added it."""
     from offpolicy import registry
 
-    if "toy-pg" not in registry.ALGORITHMS:
-        registry.ALGORITHMS["toy-pg"] = registry.Algorithm(
-            "toy-pg", "toy", ToyPGConfig, "toy_agents:ToyPG", ("discrete",),
-            "toy off-policy actor-critic over sequences (tests)", presets={"paper": {}})
+    if "toy-pg" in registry.ALGORITHMS:
+        return False
+    registry.ALGORITHMS["toy-pg"] = registry.Algorithm(
+        "toy-pg", "toy", ToyPGConfig, "toy_agents:ToyPG", ("discrete",),
+        "toy off-policy actor-critic over sequences (tests)", presets={"paper": {}})
+    return True

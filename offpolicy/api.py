@@ -38,15 +38,20 @@ def _split_overrides(algo: str, overrides: dict[str, Any]) -> tuple[dict, dict]:
     return train, agent
 
 
-def make(algo: str, env: str = "Pendulum-v1", seed: int = 0, run_dir: str | Path | None = None,
-         preset: str | None = None, resume: bool = False, **overrides: Any) -> Agent:
-    """Create an agent for ``env``. Overrides name any training or algorithm config field.
+def make(algo: str, env: str | None = None, seed: int | None = None,
+         run_dir: str | Path | None = None, preset: str | None = None, resume: bool = False,
+         **overrides: Any) -> Agent:
+    """Create an agent for ``env`` (default Pendulum-v1) with ``seed`` (default 0). Overrides
+    name any training or algorithm config field.
 
     With ``resume=True`` the run in ``run_dir`` continues from its latest checkpoint (replay
-    included); the overrides must agree with the saved run except for the fields a resumed
+    included); what you pass must agree with the saved run except for the fields a resumed
     run may change (``RunConfig.RESUME_CHANGEABLE``), as on the command line."""
     train, agent = _split_overrides(algo, overrides)
-    train.update(env=env, seed=seed)
+    if env is not None:
+        train["env"] = env
+    if seed is not None:
+        train["seed"] = seed
     run = registry.resolve(algo, preset=preset, train_overrides=train, agent_overrides=agent)
     if resume:
         if run_dir is None:
@@ -61,9 +66,9 @@ def make(algo: str, env: str = "Pendulum-v1", seed: int = 0, run_dir: str | Path
                                                      where=str(saved))
         except (OSError, yaml.YAMLError) as e:
             raise OffpolicyError(f"cannot read {saved}: {e}") from e
-        explicit = set(train) - {"env", "seed"} | ({"env"} if env != saved_run.train.env
-                                                   else set())
-        run = saved_run.resumed_with(run, explicit, set(agent), where=str(run_dir))
+        preset_fields = set(registry.get(algo).presets.get(preset, {})) if preset else set()
+        run = saved_run.resumed_with(run, set(train), set(agent) | preset_fields,
+                                     where=str(run_dir))
     return Agent(Run(run, run_dir, resume=resume))
 
 
@@ -85,15 +90,15 @@ def load(path: str | Path, which: str = "latest") -> Agent:
     # damaged replay.npz never blocks evaluating intact parameters
     r = Run(run, None, with_replay=False)
     r.restore(ckpt, with_replay=False)
-    return Agent(r, learnable=False)
+    return Agent(r, checkpoint=ckpt)
 
 
 class Agent:
     """A trained or training agent. ``learn`` continues from where it stopped."""
 
-    def __init__(self, run: Run, learnable: bool = True):
+    def __init__(self, run: Run, checkpoint: Path | None = None):
         self.run = run
-        self._learnable = learnable
+        self._checkpoint = checkpoint  # loaded for acting: no replay allocated yet
 
     @property
     def config(self) -> registry.RunConfig:
@@ -111,14 +116,11 @@ class Agent:
         replay)."""
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise OffpolicyError(f"steps must be a positive integer, got {steps!r}")
-        if not self._learnable:
-            r = self.run
-            cfg = r.run
-            fresh = Run(cfg, None)
-            fresh.learner.state = r.learner.state
-            fresh.step, fresh.best_return, fresh.elapsed = r.step, r.best_return, r.elapsed
-            fresh.obs_norm.rms.load_state_dict(r.obs_norm.rms.state_dict())
-            self.run, self._learnable = fresh, True
+        if self._checkpoint is not None:  # everything but the replay, into a full-size run
+            fresh = Run(self.run.run, None)
+            fresh.restore(self._checkpoint, with_replay=False)
+            self.run.close()
+            self.run, self._checkpoint = fresh, None
         return self.run.train(until=self.run.step + int(steps), final_eval=False)
 
     def act(self, obs: np.ndarray) -> Any:
@@ -146,4 +148,4 @@ class Agent:
         except OSError as e:
             raise OffpolicyError(f"cannot create {path}: {e}") from e
         r = self.run
-        return checkpoint.save(path, "latest", r.step, r.state, r._meta(), None)
+        return checkpoint.save(path, "latest", r.step, r.state, r.checkpoint_meta(), None)

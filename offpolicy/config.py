@@ -34,8 +34,9 @@ class TrainConfig:
     steps: int = _f(100_000, "environment steps to train for", ge=1)
     seed: int = _f(0, "random seed (networks, replay sampling, exploration, env resets)", ge=0)
     warmup_steps: int = _f(
-        0, "initial steps with uniformly random actions; updates start once the replay holds "
-        "batch_size transitions and warm-up is over (ACE authors' code: no warm-up)", ge=0)
+        0, "initial steps with uniformly random actions (deterministic policies; stochastic ones "
+        "sample from their initial policy); updates start once the replay holds batch_size "
+        "transitions and warm-up is over (ACE authors' code: no warm-up)", ge=0)
     updates_per_step: float = _f(1.0, "gradient updates per env step (replay ratio)", gt=0)
     num_envs: int = _f(
         1, "env copies stepped side by side with one batched policy call per step; K env steps "

@@ -24,13 +24,14 @@ carried along). Step t is the transition (s_t, a_t, r_t, s_{t+1}):
   ``importance_ratios[t]`` = pi(a_t|s_t) / mu(a_t|s_t)) are indexed by t; a recursion that
   needs them at t + 1 reads entry t + 1.
 * ``mask[t]`` (optional, default all ones): 1 for a real step, 0 for padding (replay pads a
-  window that reaches its episode's end with mask 0, and a young ring's on-policy segment at
+  window that reaches its episode's end with mask 0; masks of other sources may also pad at
   the front). Padded steps do not influence valid ones (their inputs are never read, so they
   may even hold NaN) and their outputs are exactly 0.
 * ``episode_ends[t]`` (optional, default none): true where step t is the last step of its
   episode (terminated or truncated). Only windows that run on into the next episode need it
-  (replay's ``recent_sequences``); ``sample_sequences`` and ``sample_episodes`` never do, and
-  there ``mask`` and ``discounts`` already say everything.
+  (e.g. an on-policy rollout kept whole); replay's windows (``sample_sequences``,
+  ``sample_episodes``, ``recent_segments``) never do, and there ``mask`` and ``discounts``
+  already say everything.
 
 The recursion at step t looks at step t + 1 only if step t + 1 continues step t's episode
 inside the window: t + 1 < T, ``mask[t + 1]`` = 1 and not ``episode_ends[t]``. Otherwise step

@@ -22,7 +22,6 @@ from offpolicy.errors import OffpolicyError
 from offpolicy.training.run import Run
 
 
-
 @pytest.fixture(autouse=True)
 def toy_pg_registered():
     """``toy-pg`` is in the registry during these tests only (``offpolicy list`` etc. must not
@@ -147,3 +146,28 @@ def test_num_envs_and_pipeline_keep_updates_per_env_step(num_envs, pipeline):
     if num_envs > 1:
         assert r.replay.num_streams == num_envs
         assert set(np.unique(r.replay.sizes)) <= {100, 101, 102, 103, 104, 105, 106}
+
+
+def test_segment_cadence_updates_on_segments_and_from_replay():
+    r = Run(_toy_run(steps=400, seed=2, num_envs=2, segment_length=8, replay_ratio=2.0,
+                     warmup_steps=50), None)
+    calls = []
+    inner = r.learner._write_back
+    r.learner._write_back = lambda *a: (calls.append(a[0].shape), inner(*a))
+    summary = r.train()
+    assert summary["status"] == "completed" and r.step == 400
+    traces = r.learner._traces
+    assert traces["step_segment"] == 1 and traces["step"] == 1 and traces["step_act"] == 0
+    segments = [s for s in calls if s == (8, 4)]  # T = 8, two windows per env copy
+    assert len(segments) == 400 // 16 - 50 // 16  # one per segment once warm-up is over
+    replayed = len(calls) - len(segments)
+    assert 1.0 * len(segments) < replayed < 3.0 * len(segments)  # Poisson(2) per segment
+    # the stochastic agent warmed up with its own policy: finite importance weights only
+    assert np.isfinite(r.replay.extras["rho"]).all()
+
+
+def test_segment_cadence_refuses_pipeline_and_too_long_segments():
+    with pytest.raises(OffpolicyError, match="pipeline"):
+        Run(_toy_run(steps=50, segment_length=8, pipeline=True), None)
+    with pytest.raises(OffpolicyError, match="too long"):
+        Run(_toy_run(steps=50, segment_length=600, buffer_size=1000), None)

@@ -469,3 +469,54 @@ def test_corrupt_file_raises_offpolicy_error(tmp_path, corrupt):
     corrupt(path)
     with pytest.raises(OffpolicyError, match="corrupt"):
         ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM, extras=EXTRAS).load(path)
+
+
+# ---------------------------------------------------------------------- (g) segments, rings
+def test_recent_segments_split_at_the_episode_end():
+    buf = ReplayBuffer(40, (1,), 1)
+    buf.start_episode(np.array([0.0]))
+    for i in range(5):  # episode 1: rewards 10..14, terminated at the last
+        buf.add([0.0], 10 + i, i == 4, False, np.array([i + 1.0]))
+    buf.start_episode(np.array([100.0]))
+    for i in range(3):  # episode 2 (open): rewards 20..22
+        buf.add([0.0], 20 + i, False, False, np.array([101.0 + i]))
+    idx, out = buf.recent_segments(6)
+    assert idx.shape == (6, 2) and out["obs"].shape == (7, 2, 1)
+    np.testing.assert_array_equal(out["mask"][:, 0], [1, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(out["reward"][:3, 0], [12, 13, 14])
+    np.testing.assert_array_equal(out["discount"][:3, 0], [1, 1, 0])
+    np.testing.assert_array_equal(out["mask"][:, 1], [1, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(out["reward"][:3, 1], [20, 21, 22])
+    np.testing.assert_array_equal(out["obs"][:4, 1, 0], [100, 101, 102, 103])
+    # no episode end inside the segment: the second window is empty
+    _, out = buf.recent_segments(2)
+    np.testing.assert_array_equal(out["reward"][:, 0], [21, 22])
+    assert out["mask"][:, 0].tolist() == [1, 1] and out["mask"][:, 1].sum() == 0
+
+
+def test_rings_keep_their_own_order_and_episode_starts_survive_save(tmp_path):
+    rng = np.random.default_rng(4)
+    buf = ReplayBuffer(60, (OBS_DIM,), ACT_DIM, num_streams=3, seed=1)
+    for s in range(3):
+        buf.start_episode(rng.normal(size=OBS_DIM), s)
+    for step in range(45):  # wraps every ring (20 slots each)
+        done = np.array([(step + s) % 7 == 6 for s in range(3)])
+        nxt = rng.normal(size=(3, OBS_DIM)).astype(np.float32)
+        buf.add_batch(rng.uniform(-1, 1, (3, ACT_DIM)), np.full(3, float(step)), done,
+                      np.zeros(3, bool), nxt)
+        for s in np.flatnonzero(done):
+            buf.start_episode(rng.normal(size=OBS_DIM), int(s))
+    idx, b = buf.sample(64)
+    assert np.all(buf.valid[idx]) and len(set((idx // 20).tolist())) == 3
+    # a transition's next observation is the next slot of its own ring
+    np.testing.assert_array_equal(b["next_obs"], buf.obs[buf._next(idx.copy())])
+    assert np.all(buf._next(idx.copy()) // 20 == idx // 20)
+    path = tmp_path / "r.npz"
+    buf.save(path)
+    new = ReplayBuffer(60, (OBS_DIM,), ACT_DIM, num_streams=3, seed=9)
+    new.load(path)
+    assert [list(q) for q in new._starts] == [list(q) for q in buf._starts]
+    np.testing.assert_array_equal(new.heads, buf.heads)
+    e1, e2 = buf.sample_episodes(8, 10), new.sample_episodes(8, 10)
+    for k in e1[1]:
+        np.testing.assert_array_equal(e1[1][k], e2[1][k], err_msg=k)

@@ -266,7 +266,7 @@ def test_v_tbc_matches_refer_eq8(seed, cap):
 
 # --------------------------------------------------------------------------- episode ends
 def spanning_windows(seed):
-    """Windows that run on into the next episode (replay's recent_sequences): front padding,
+    """Windows that run on into the next episode (an on-policy rollout kept whole): front padding,
     a truncation with the next episode after it, a termination with the next episode after."""
     w = random_windows(seed, T=10, B=4)
     T, B = 10, 4

@@ -120,3 +120,30 @@ def test_act_rejects_non_finite_observations(small_agent, bad):
 def test_learn_rejects_bad_step_counts(small_agent, steps):
     with pytest.raises(OffpolicyError, match="positive integer"):
         small_agent.learn(steps)
+
+
+def test_python_api_resume_applies_the_cli_rules(tmp_path):
+    over = dict(TINY_OVERRIDES, eval_every=100, checkpoint_every=100)
+    agent = offpolicy.make("ddpg", env="Pendulum-v1", seed=3, run_dir=tmp_path / "R", **over)
+    agent.learn(200)
+    agent.run.save_checkpoint("latest")
+    again = offpolicy.make("ddpg", run_dir=tmp_path / "R", resume=True, quiet=True)
+    assert again.step == 200 and again.config.train.seed == 3
+    assert again.run.replay.num_valid == 200
+    with pytest.raises(OffpolicyError, match="cannot change seed"):
+        offpolicy.make("ddpg", seed=4, run_dir=tmp_path / "R", resume=True)
+    with pytest.raises(OffpolicyError, match="cannot change ddpg.actor_lr"):
+        offpolicy.make("ddpg", run_dir=tmp_path / "R", resume=True, actor_lr=0.5)
+
+
+def test_loaded_agent_learns_with_its_restored_state(tmp_path):
+    over = dict(TINY_OVERRIDES, eval_every=100, normalize_reward=True)
+    agent = offpolicy.make("ddpg", env="Pendulum-v1", seed=0, run_dir=tmp_path / "R", **over)
+    agent.learn(300)
+    agent.run.save_checkpoint("latest")
+    loaded = offpolicy.load(tmp_path / "R")
+    var = agent.run.reward_scale.rms.var
+    loaded.learn(20)  # replay starts empty; statistics, keys and counters carry over
+    assert loaded.step == 320 and loaded.run.replay.num_valid == 20
+    assert loaded.run.reward_scale.rms.count > agent.run.reward_scale.rms.count - 1
+    assert abs(float(loaded.run.reward_scale.rms.var) - float(var)) / float(var) < 0.5

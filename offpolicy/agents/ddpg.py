@@ -120,35 +120,43 @@ class DDPG:
         }
 
     # ------------------------------------------------------------------ learning
+    def bootstrap_target(self, target: dict, batch: dict) -> jax.Array:
+        """y = r + gamma c Q'(s', mu'(s')) from the target networks (c = 0 at termination)."""
+        next_obs = batch["next_obs"]
+        q_next = self.q(target, next_obs, self.mu(target, next_obs))
+        return jax.lax.stop_gradient(batch["reward"]
+                                     + self.config.gamma * batch["discount"] * q_next)
+
+    def critic_loss(self, cp: dict, params: dict, batch: dict, y: jax.Array):
+        """1/2 mean (Q(s, a) - y)^2 + l2 sum ||W||^2 over the critic's kernels (biases excluded;
+        with a shared encoder its kernel counts too, as the critic trains it)."""
+        q = self.q({**params, **cp}, batch["obs"], batch["action"])
+        loss = 0.5 * jnp.mean((q - y) ** 2)
+        if self.config.critic_l2 > 0:
+            loss = loss + self.config.critic_l2 * l2_kernels(cp)
+        return loss, q
+
+    def actor_loss(self, ap: dict, params: dict, obs: jax.Array) -> jax.Array:
+        """-mean Q(sg(z_critic), mu(s)): the critic's state input is held fixed, so only mu(s)
+        carries the gradient (with a shared encoder, the actor trains it through mu only)."""
+        p = {**params, **ap}
+        z = self.encoder.apply({"params": p[self._actor_enc]}, obs)
+        a = self.actor_head.apply({"params": p["actor"]}, z)
+        zc = jax.lax.stop_gradient(self.encoder.apply({"params": p[self._critic_enc]}, obs))
+        return -jnp.mean(self.critic_head.apply({"params": params["critic"]}, zc, a))
+
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c = self.config
         params, target = state["params"], state["target"]
-        obs, action = batch["obs"], batch["action"]
-        q_next = self.q(target, batch["next_obs"], self.mu(target, batch["next_obs"]))
-        y = jax.lax.stop_gradient(batch["reward"] + c.gamma * batch["discount"] * q_next)
-
-        def critic_loss(cp):
-            q = self.q({**params, **cp}, obs, action)
-            loss = 0.5 * jnp.mean((q - y) ** 2)
-            if c.critic_l2 > 0:
-                loss = loss + c.critic_l2 * l2_kernels(cp)
-            return loss, q
-
+        y = self.bootstrap_target(target, batch)
         cp = {k: params[k] for k in self.critic_keys}
-        (c_loss, q), grads = jax.value_and_grad(critic_loss, has_aux=True)(cp)
+        (c_loss, q), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
+            cp, params, batch, y)
         upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], cp)
         params = {**params, **optax.apply_updates(cp, upd)}
 
-        def actor_loss(ap):
-            p = {**params, **ap}
-            z = self.encoder.apply({"params": p[self._actor_enc]}, obs)
-            a = self.actor_head.apply({"params": p["actor"]}, z)
-            # the critic's state input is held fixed: only mu(s) carries the gradient
-            zc = jax.lax.stop_gradient(self.encoder.apply({"params": p[self._critic_enc]}, obs))
-            return -jnp.mean(self.critic_head.apply({"params": params["critic"]}, zc, a))
-
         ap = {k: params[k] for k in self.actor_keys}
-        a_loss, grads = jax.value_and_grad(actor_loss)(ap)
+        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, params, batch["obs"])
         upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
         params = {**params, **optax.apply_updates(ap, upd)}
 

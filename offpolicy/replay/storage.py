@@ -22,8 +22,8 @@ sampled step indices with the batch, so an update's per-step results can be writ
 * :meth:`sample`: uniform over valid transitions, ``(idx[B], batch)``;
 * :meth:`sample_sequences`: windows of T steps inside one episode, time-major, masked;
 * :meth:`sample_episodes`: whole episodes from their first step, padded and masked;
-* :meth:`recent_sequences`: the last T steps of every ring (an on-policy segment, ACER's
-  Algorithm 1).
+* :meth:`recent_segments`: the last T steps of every ring (an on-policy segment, ACER's
+  Algorithm 1), as windows.
 """
 
 from __future__ import annotations
@@ -293,33 +293,42 @@ class ReplayBuffer:
             raise OffpolicyError("cannot sample episodes: replay holds no episode start")
         return self._windows(starts[self.rng.integers(0, starts.size, batch_size)], max_length)
 
-    def recent_sequences(self, length: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The latest ``length`` transitions of every ring, in time order, time-major with
-        B = num_streams: ``(idx[T, B], batch)`` (the on-policy segment of ACER's Algorithm 1).
+    def recent_segments(self, length: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The latest ``length`` transitions of every ring (the on-policy segment of ACER's
+        Algorithm 1) in the layout of :meth:`sample_sequences`: ``(idx[T, 2K], batch)``.
 
-        Unlike :meth:`sample_sequences` a segment may span an episode end: its steps are
-        consecutive in time, ``terminated``/``truncated`` mark the boundary, and every step
-        carries its own ``next_obs`` [T, B, ...] (``obs`` is [T, B, ...] here). ``mask`` is 0
-        only for steps a young ring has not collected yet (at the front).
+        A segment may span an episode end, and a window never does, so each ring gives two
+        windows of T = ``length`` steps: column ``2i`` from the segment's first transition of
+        ring i to the end of its episode (or of the segment), column ``2i + 1`` from the first
+        transition of the episode that started inside the segment (mask all 0 if none did).
+        Transitions of episodes that began and ended inside one segment (episodes shorter
+        than the segment) are left to replay sampling.
         """
         if length < 1 or 2 * length + 1 > self.stream_capacity:
             raise OffpolicyError(f"segment length must be in [1, "
                                  f"{(self.stream_capacity - 1) // 2}], got {length}")
         sc = self.stream_capacity
-        steps = np.empty((length, self.num_streams), np.int64)
-        ok = np.zeros((length, self.num_streams), bool)
         back = np.arange(-(2 * length + 1), 0)  # one final-obs slot at most per transition
+        starts = np.empty(2 * self.num_streams, np.int64)
+        empty = np.zeros(2 * self.num_streams, bool)
         for s in range(self.num_streams):
             slots = self.base[s] + (self.heads[s] + back) % sc  # oldest first
             slots = slots[back >= -self.sizes[s]]
             slots = slots[self.valid[slots]][-length:]
-            n = len(slots)
-            steps[length - n:, s] = slots
-            steps[:length - n, s] = slots[0] if n else self.base[s]
-            ok[length - n:, s] = True
-        out = self._gather_steps(steps, ok)
-        out["next_obs"] = self.obs[self._next(steps.copy())]
-        return steps, out
+            if len(slots) == 0:
+                starts[2 * s:2 * s + 2] = self.base[s]
+                empty[2 * s:2 * s + 2] = True
+                continue
+            ends = self.terminated[slots] | self.truncated[slots]
+            starts[2 * s] = slots[0]
+            later = np.flatnonzero(ends[:-1])  # an episode ended before the segment's last step
+            if later.size:
+                starts[2 * s + 1] = slots[later[-1] + 1]
+            else:
+                starts[2 * s + 1], empty[2 * s + 1] = slots[0], True
+        idx, out = self._windows(starts, length)
+        out["mask"][:, empty] = 0.0
+        return idx, out
 
     def _windows(self, start: np.ndarray, length: int
                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -378,6 +387,7 @@ class ReplayBuffer:
             "obs_shape": list(self.obs_shape), "action_dim": self.action_dim,
             "extras": {k: [list(s), d.str] for k, (s, d) in self.extra_specs.items()},
             "rng": self.rng.bit_generator.state,
+            "starts": [list(map(int, q)) for q in self._starts],
         }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         return arrays
@@ -433,7 +443,10 @@ class ReplayBuffer:
         self.opens = np.asarray(opens, bool)
         self.num_valid = meta["num_valid"]
         self.rng.bit_generator.state = meta["rng"]
-        self._rebuild_starts()
+        if "starts" in meta:
+            self._starts = [collections.deque(q) for q in meta["starts"]]
+        else:  # a file written before episode starts were saved
+            self._rebuild_starts()
 
     def _rebuild_starts(self) -> None:
         """Episode first slots, oldest first per ring: a valid slot whose predecessor in the

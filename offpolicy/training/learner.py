@@ -46,7 +46,7 @@ class Learner:
         self.act_key = jax.random.PRNGKey(seed + 5)
         self.data = agent.data
         self.writes_back = bool(agent.writeback_fields)
-        self._traces = {"step": 0, "step_act": 0}
+        self._traces = {"step": 0, "step_act": 0, "step_segment": 0}
         self._metric_shapes: dict[str, tuple[int, ...]] | None = None
         self._build()
         self.acc = self._zero_acc()
@@ -74,10 +74,14 @@ class Learner:
             action, info = agent.policy(agent.acting_params(state), obs, sub, True)
             return state, acc, key, writeback, act_key, action, info
 
+        def step_segment(state, acc, key, batch):
+            """The update on an on-policy segment ([T, 2K] windows: its own shapes)."""
+            self._traces["step_segment"] += 1
+            return update(state, acc, key, batch)
+
         self._step = jax.jit(step, donate_argnums=(0, 1))
         self._step_act = jax.jit(step_act, donate_argnums=(0, 1))
-        # pipelined acting reads the previous state while the update runs: no donation
-        self._step_keep = jax.jit(step)
+        self._step_segment = jax.jit(step_segment, donate_argnums=(0, 1))
 
     @property
     def compile_count(self) -> int:
@@ -159,11 +163,21 @@ class Learner:
         self._write_back(idx, batch, wb)
         return np.asarray(action), {k: np.asarray(v) for k, v in info.items()}
 
-    def dispatch(self, idx: np.ndarray, batch: dict) -> Any:
-        """Start one update without waiting for it (pipelined acting): the previous state
-        stays readable; returns the pending write-back for :meth:`finish`."""
-        self.state, self.acc, self.update_key, wb = self._step_keep(self.state, self.acc,
-                                                                    self.update_key, batch)
+    def update_segment(self, length: int) -> None:
+        """One update on the latest ``length`` steps of every env copy (ACER's on-policy
+        step), windows in the sequences layout, write-back applied."""
+        idx, batch = self.replay.recent_segments(length)
+        batch = self.normalize(batch)
+        self.state, self.acc, self.update_key, wb = self._step_segment(
+            self.state, self.acc, self.update_key, batch)
+        self._write_back(idx, batch, wb)
+
+    def dispatch(self) -> Any:
+        """Sample and start one update without waiting for it (pipelined acting); returns the
+        pending write-back for :meth:`finish`, which must run before the next sample."""
+        idx, batch = self.sample()
+        self.state, self.acc, self.update_key, wb = self._step(self.state, self.acc,
+                                                               self.update_key, batch)
         return idx, batch, wb
 
     def finish(self, pending: Any) -> None:

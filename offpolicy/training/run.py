@@ -6,8 +6,10 @@ them; it knows no algorithm's math.
 
 One iteration of the loop (Algorithm 1 of the papers, K env copies at once):
 
-1. actions: uniformly random during warm-up; else the exploring action computed by the last
-   fused update-and-act call, or the policy on the current parameters;
+1. actions: uniformly random during warm-up (deterministic policies; a stochastic policy samples
+   from its initial self, so replay records the density it acted with); else the exploring
+   action computed by the last fused update-and-act call, or the policy on the current
+   parameters;
 2. the collector steps the K env copies and writes the K transitions into replay;
 3. updates: ``updates_per_step`` per env step (K env steps give K x as many), the last one
    fused with the policy for the next observations; or, with ``segment_length`` k, every k
@@ -58,6 +60,18 @@ FIRST_CHECKPOINT = 1_000  # the first checkpoint comes early, so --resume has on
 RUN_FILES = ("config.yaml", "eval.csv", "train.csv", "tb", "checkpoints", "curve.png")
 
 
+def _collector_state_v1(meta: dict) -> dict | None:
+    """The collector's state from a checkpoint written before the collector existed (its
+    fields sat at the top level of meta.json, the noise under ``actor``)."""
+    if "episodes" not in meta:
+        return None
+    state = {k: meta[k] for k in ("episodes", "resets", "rng", "obs_norm", "reward_scale",
+                                   "reward_ret") if k in meta}
+    if "actor" in meta:
+        state["noise"] = meta["actor"]
+    return state
+
+
 class Run:
     """One training run: agent, collector, learner, evaluation, logging and checkpoints."""
 
@@ -81,8 +95,11 @@ class Run:
         self.obs_norm = ObsNormalizer(self.obs_shape, tc.normalize_obs)
         self.reward_scale = RewardScaler(getattr(run.agent, "gamma", 0.99), tc.normalize_reward,
                                          k)
+        self._check_cadence(k)
         self.learner = Learner(self.agent, self.replay, tc.batch_size, tc.seed, self.obs_norm,
                                self.reward_scale)
+        # replay updates per segment ~ Poisson(replay_ratio) (ACER); its state is checkpointed
+        self.poisson = np.random.Generator(np.random.PCG64(tc.seed + 7))
         self.policy = HostPolicy(self.agent.policy, tc.seed + 6)
         self._collector: Collector | None = None
         self.step = 0
@@ -111,6 +128,19 @@ class Run:
         elif self.run_dir is not None:
             self._claim_dir()
             self._write_config()
+
+    def _check_cadence(self, num_envs: int) -> None:
+        tc = self.train_cfg
+        if tc.segment_length == 0:
+            return
+        if tc.pipeline:
+            raise OffpolicyError("--pipeline overlaps the per-step update with the env step; it "
+                                 "does not apply with --segment-length (choose one)")
+        longest = (tc.buffer_size // num_envs - 1) // 2
+        if self.agent.data.kind == "sequences" and tc.segment_length > longest:
+            raise OffpolicyError(f"--segment-length {tc.segment_length} is too long for a replay "
+                                 f"of {tc.buffer_size} steps over {num_envs} env copies (at most "
+                                 f"{longest})")
 
     # ------------------------------------------------------------------ run directory
     def _claim_dir(self) -> None:
@@ -187,13 +217,15 @@ class Run:
         return self.policy.act(params, obs, explore)
 
     # ------------------------------------------------------------------ checkpoints
-    def _meta(self) -> dict:
+    def checkpoint_meta(self) -> dict:
+        """Everything but the agent state that a checkpoint holds (meta.json)."""
         return {
             "algo": self.run.algo, "best_return": self.best_return, "elapsed": self.elapsed,
             "update_credit": self._update_credit,
             "collector": (self._collector.state_dict() if self._collector is not None
                           else self._saved_collector or {}),
             "keys": self.learner.keys_state(), "policy": self.policy.state_dict(),
+            "poisson": self.poisson.bit_generator.state,
             "obs_norm": self.obs_norm.rms.state_dict(),
             "env_seed": self.run.train.seed, "jax_version": jax.__version__,
             "config": self.run.to_dict(),
@@ -204,7 +236,7 @@ class Run:
             return None
         replay = self.replay if (kind == "latest" and self.train_cfg.save_replay) else None
         path = checkpoint.save(self.run_dir / "checkpoints", kind, self.step, self.state,
-                               self._meta(), replay)
+                               self.checkpoint_meta(), replay)
         self._ckpt_written = True
         if kind == "latest":
             self._last_ckpt_step = self.step
@@ -234,7 +266,9 @@ class Run:
         self.elapsed = float(meta["elapsed"])
         self._update_credit = float(meta["update_credit"])
         self.obs_norm.rms.load_state_dict(meta["obs_norm"])
-        self._saved_collector = meta.get("collector") or None
+        if "poisson" in meta:
+            self.poisson.bit_generator.state = meta["poisson"]
+        self._saved_collector = meta.get("collector") or _collector_state_v1(meta)
         if self._saved_collector is not None:  # the learner scales rewards with these
             self.reward_scale.rms.load_state_dict(self._saved_collector["reward_scale"])
         if self._collector is not None and self._saved_collector is not None:
@@ -341,9 +375,11 @@ class Run:
         collector, learner, k = self.collector, self.learner, tc.num_envs
         segment = tc.segment_length
         on_policy_segments = segment > 0 and learner.data.kind == "sequences"
-        poisson = np.random.Generator(np.random.PCG64(tc.seed + 7))
-        if self.step > 0 and self.step % tc.eval_every == 0 and \
-                self._last_eval()[0] < self.step:
+        # uniform warm-up actions carry no behaviour density: stochastic policies (no host
+        # noise) warm up by sampling from their initial policy, which replay records
+        uniform_warmup = self.agent.exploration_noise is not None
+        if self.step >= tc.eval_every and \
+                self._last_eval()[0] < (self.step // tc.eval_every) * tc.eval_every:
             self._do_eval(logger)  # due when the run stopped, not yet done
         if not collector.started:  # a new run or a restored one: start fresh episodes
             collector.begin()
@@ -364,8 +400,7 @@ class Run:
         params_cache = None
         try:
             while step < total:
-                warm = step < tc.warmup_steps
-                if warm:
+                if step < tc.warmup_steps and uniform_warmup:
                     action, info = collector.random_actions()
                 elif greedy is not None:
                     action, info = collector.explore(greedy[0]), greedy[1]
@@ -379,9 +414,10 @@ class Run:
                     n_updates = self._updates_due(k) if self._can_learn(step + k) else 0
                     if n_updates:
                         learner.finish(pending)
+                        pending = None
                         for _ in range(n_updates - 1):
                             learner.update()
-                        pending = learner.dispatch(*learner.sample())
+                        pending = learner.dispatch()
                         params_cache = None
                     collector.step(action, info, step)
                     step += k
@@ -393,8 +429,8 @@ class Run:
                             next_segment += segment * k
                             if self._can_learn(step):
                                 if on_policy_segments:
-                                    learner.update(*self._segment_batch(segment))
-                                for _ in range(int(poisson.poisson(tc.replay_ratio))):
+                                    learner.update_segment(segment)
+                                for _ in range(int(self.poisson.poisson(tc.replay_ratio))):
                                     learner.update()
                                 params_cache = None
                     elif self._can_learn(step):
@@ -440,10 +476,6 @@ class Run:
             learner.finish(pending)
             self.step, self.elapsed = step, clock()
             self._greedy = greedy
-
-    def _segment_batch(self, length: int):
-        idx, batch = self.replay.recent_sequences(length)
-        return idx, self.learner.normalize(batch)
 
     def _cleanup_failed(self) -> None:
         """A run that failed before its first checkpoint leaves no files behind (a directory

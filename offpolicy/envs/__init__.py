@@ -1,6 +1,6 @@
 """Environments: make_env(), ActionSpec, normalisation."""
 
-from offpolicy.envs.make import action_spec, check_finite, make_env, observation_shape
+from offpolicy.envs.make import action_spec, make_env, observation_shape
 from offpolicy.envs.spaces import KINDS, ActionSpec
 
-__all__ = ["ActionSpec", "KINDS", "action_spec", "check_finite", "make_env", "observation_shape"]
+__all__ = ["ActionSpec", "KINDS", "action_spec", "make_env", "observation_shape"]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import warnings
 
 import gymnasium as gym
-import numpy as np
 
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import OffpolicyError, did_you_mean
 
 DMC_PREFIX = "dm_control/"
 
@@ -20,8 +18,7 @@ def _registered_ids() -> list[str]:
 
 
 def _unknown_env(env_id: str) -> OffpolicyError:
-    close = difflib.get_close_matches(env_id, _registered_ids(), n=5, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    hint = did_you_mean(env_id, _registered_ids(), n=5)
     return OffpolicyError(
         f"unknown environment id '{env_id}'{hint} "
         "(any registered Gymnasium id is valid, e.g. Pendulum-v1, HalfCheetah-v5, "
@@ -139,10 +136,3 @@ def action_spec(env: gym.Env) -> ActionSpec:
 def observation_shape(env: gym.Env) -> tuple[int, ...]:
     return tuple(int(d) for d in env.observation_space.shape)
 
-
-def check_finite(name: str, value: np.ndarray | float, step: int) -> None:
-    """Raise a one-line NonFiniteError if ``value`` holds NaN or inf."""
-    from offpolicy.errors import NonFiniteError
-
-    if not np.all(np.isfinite(value)):
-        raise NonFiniteError(f"non-finite {name} from the environment at step {step}: {value}")

@@ -86,6 +86,11 @@ class HostNoise:
         self.x = x.reshape(self.num_envs, self.dim) if x.size == self.x.size else self.x * 0
 
 
+def key_to_list(key: jax.Array) -> list[int]:
+    """A raw ``jax.random.PRNGKey`` as JSON-friendly integers (checkpoints' meta.json)."""
+    return np.asarray(key).astype(np.uint32).tolist()
+
+
 class HostPolicy:
     """``agent.policy`` jitted on the host CPU: ``act(params, obs[B, ...], explore)`` returns
     NumPy (action, behaviour info). Stochastic policies draw from a key held here, split inside
@@ -112,9 +117,7 @@ class HostPolicy:
         return np.asarray(action), {k: np.asarray(v) for k, v in info.items()}
 
     def state_dict(self) -> dict:
-        return {"key": np.asarray(jax.random.key_data(self.key)
-                                  if jax.dtypes.issubdtype(self.key.dtype, jax.dtypes.prng_key)
-                                  else self.key).tolist()}
+        return {"key": key_to_list(self.key)}
 
     def load_state_dict(self, d: dict) -> None:
         self.key = jax.device_put(np.asarray(d["key"], np.uint32), self._dev)

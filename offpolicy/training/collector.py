@@ -105,13 +105,9 @@ class Collector:
                     self.noise.reset(int(i))
         self._set_obs(obs)
 
-    def take_finished(self) -> list[float]:
-        """Returns of the episodes finished since the previous call."""
-        out, self.finished = self.finished, []
-        return out
-
     def mean_finished(self) -> float:
-        r = self.take_finished()
+        """Mean return of the episodes finished since the previous call (nan if none)."""
+        r, self.finished = self.finished, []
         return float(np.mean(r)) if r else math.nan
 
     # ------------------------------------------------------------------ checkpoints

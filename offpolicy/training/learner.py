@@ -22,16 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from offpolicy.agents.acting import key_to_list
 from offpolicy.agents.base import Agent
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import NonFiniteError
 from offpolicy.replay.storage import ReplayBuffer
 
 OBS_KEYS = ("obs", "next_obs")
-
-
-def _key_to_list(key: jax.Array) -> list[int]:
-    return np.asarray(key).astype(np.uint32).tolist()
 
 
 class Learner:
@@ -217,8 +214,8 @@ class Learner:
 
     # ------------------------------------------------------------------ checkpoints
     def keys_state(self) -> dict:
-        return {"update_key": _key_to_list(self.update_key),
-                "act_key": _key_to_list(self.act_key)}
+        return {"update_key": key_to_list(self.update_key),
+                "act_key": key_to_list(self.act_key)}
 
     def load_keys(self, d: dict) -> None:
         if "update_key" in d:

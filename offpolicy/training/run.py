@@ -347,9 +347,6 @@ class Run:
             return last_eval(self.run_dir / "eval.csv")
         return -1, math.nan
 
-    def final_return(self) -> float:
-        return self._last_eval()[1]
-
     def _do_eval(self, logger: RunLogger) -> None:
         returns = self.evaluate()
         row = eval_row(self.step, returns, self.elapsed)
@@ -410,7 +407,7 @@ class Run:
                     action, info = self.policy.act(params_cache, collector.obs_n, True)
                     action = collector.explore(action)
                 greedy = None
-                if tc.pipeline and not segment:  # dispatch before the env step: they overlap
+                if tc.pipeline:  # dispatch before the env step: they overlap (no segments)
                     n_updates = self._updates_due(k) if self._can_learn(step + k) else 0
                     if n_updates:
                         learner.finish(pending)
@@ -475,7 +472,6 @@ class Run:
         finally:  # the Run always holds a live state, never a donated one
             learner.finish(pending)
             self.step, self.elapsed = step, clock()
-            self._greedy = greedy
 
     def _cleanup_failed(self) -> None:
         """A run that failed before its first checkpoint leaves no files behind (a directory

@@ -39,13 +39,29 @@ SUITES = {
                    "ddpg"],
     # the issues' 20k-step Pendulum acceptance runs (use --env Pendulum-v1 --steps 20000)
     "pendulum": ["ddpg", "ace", "ace-alt", "tm-ace", "ensemble-ddpg"],
+    # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
+    "refer": ["ddpg", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
+              "naf-refer", "vracer", "vracer-er"],
+    # the ReF-ER issue's acceptance runs (Pendulum-v1 30k: naf, ddpg-refer; see --env)
+    "refer-pendulum": ["naf", "ddpg-refer"],
 }
+
+# train.csv diagnostics plotted (log scale) and averaged per entry for these suites
+SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
+                 "refer-pendulum": ["kl_mu_pi", "far_policy_fraction"]}
 
 
 # entries that are one of our algorithms with extra flags: (algorithm, flags)
 VARIANTS = {
     # the peers' learning rate (1e-3 for the actor too): like for like with SB3/SBX
     "ddpg-lr1e-3": ("ddpg", ["--ddpg.actor-lr", "1e-3"]),
+    # ReF-ER's comparison: the same DDPG (ACE-paper networks) with each replay
+    "ddpg-per": ("ddpg", ["--replay", "per"]),
+    "ddpg-refer": ("ddpg", ["--replay", "refer"]),
+    "ddpg-refer1": ("ddpg", ["--replay", "refer1"]),
+    "ddpg-refer2": ("ddpg", ["--replay", "refer2"]),
+    "naf-refer": ("naf", ["--replay", "refer"]),
+    "vracer-er": ("vracer", ["--replay", "er"]),
 }
 
 
@@ -117,8 +133,10 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
     """Rewrite the suite's table, curves and CSV. With ``steps``, the table and the curves use
     the finished runs only (a run in progress would cut its row back to the step it reached)
     and the runs in progress are listed under the table; the CSV always has every evaluation."""
+    import numpy as np
+
     from offpolicy.errors import OffpolicyError
-    from offpolicy.plotting import format_table, plot_groups, read_eval, table_rows
+    from offpolicy.plotting import format_table, plot_groups, read_eval, read_metric, table_rows
 
     def has_evals(d: Path) -> bool:
         try:
@@ -153,11 +171,25 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                     running.append(f"{e} {d.name} at step {int(read_eval(d)['step'][-1])}")
         groups = done
     plot_groups(groups, out_dir / f"learning_{suite}.png", f"{env}: mean over seeds +- s.e.")
+    metric_text = ""
+    for metric in SUITE_METRICS.get(suite, []):
+        plot_groups(groups, out_dir / f"learning_{suite}_{metric}.png",
+                    f"{env}: {metric}, mean over seeds +- s.e.", metric=metric, log=True)
+        means = {e: float(np.mean([np.mean(read_metric(d, metric)["return_mean"])
+                                   for d in dirs])) for e, dirs in groups.items()}
+        metric_text += (f"\nMean `{metric}` over each run's training (train.csv), mean over "
+                        f"runs (plot: learning_{suite}_{metric}.png): "
+                        + ", ".join(f"{e} {v:.4g}" for e, v in means.items()) + ".\n")
+        for algo in ("ddpg", "naf"):
+            if metric == "kl_mu_pi" and algo in means and f"{algo}-refer" in means:
+                metric_text += (f"Ratio of ReF-ER's to ER's mean KL for {algo}: "
+                                f"{means[algo + '-refer'] / means[algo]:.3g}.\n")
     text = (f"# Learning benchmark: {suite} on {env}\n\nCommand: `{command}`\n\n"
             "Protocol: evaluation every 10 000 steps, 20 deterministic episodes on a separate "
             "env; best and final evaluation per run, mean +- standard error over runs. "
             "`steps` is the last step that every run of the row reached.\n\n"
-            + (format_table(table_rows(groups)) if groups else "No finished run yet.") + "\n")
+            + (format_table(table_rows(groups)) if groups else "No finished run yet.") + "\n"
+            + metric_text)
     if running:
         text += ("\nIn progress (not in the table or the curves): " + ", ".join(running)
                  + ".\n")

@@ -66,8 +66,8 @@ def make(algo: str, env: str | None = None, seed: int | None = None,
                                                      where=str(saved))
         except (OSError, yaml.YAMLError) as e:
             raise OffpolicyError(f"cannot read {saved}: {e}") from e
-        preset_fields = set(registry.get(algo).presets.get(preset, {})) if preset else set()
-        run = saved_run.resumed_with(run, set(train), set(agent) | preset_fields,
+        preset_train, preset_agent = registry.get(algo).preset_fields(preset)
+        run = saved_run.resumed_with(run, set(train) | preset_train, set(agent) | preset_agent,
                                      where=str(run_dir))
     return Agent(Run(run, run_dir, resume=resume))
 

@@ -130,9 +130,9 @@ def cmd_train(argv: list[str]) -> int:
             raise OffpolicyError(f"cannot resume: no run in {run_dir} (no config.yaml)")
         saved = registry.RunConfig.from_dict(_load_yaml(saved_path), where=str(saved_path))
         fd = file_dict or {}
-        explicit = (set(train_over) | set(fd.get("train") or {}),
-                    set(agent_over) | set(fd.get(section) or {})
-                    | set(registry.get(algo).presets.get(preset, {}) if preset else ()))
+        preset_train, preset_agent = registry.get(algo).preset_fields(preset)
+        explicit = (set(train_over) | set(fd.get("train") or {}) | preset_train,
+                    set(agent_over) | set(fd.get(section) or {}) | preset_agent)
         run = saved.resumed_with(run, *explicit, where=str(run_dir))
     from offpolicy.training.run import Run
 
@@ -237,10 +237,13 @@ def cmd_plot(argv: list[str]) -> int:
     p.add_argument("runs", type=Path, nargs="+")
     p.add_argument("--out", type=Path, default=Path("curves.png"))
     p.add_argument("--title", default="")
+    p.add_argument("--metric", help="plot this train.csv column instead of the evaluation "
+                   "return (e.g. kl_mu_pi, far_policy_fraction, beta, c_max, rho_mean)")
+    p.add_argument("--log", action="store_true", help="logarithmic y axis")
     a = p.parse_args(argv)
     from offpolicy.plotting import group_runs, plot_groups
 
-    out = plot_groups(group_runs(_run_dirs(a.runs)), a.out, a.title)
+    out = plot_groups(group_runs(_run_dirs(a.runs)), a.out, a.title, a.metric, a.log)
     print(f"wrote {out}")
     return 0
 
@@ -259,10 +262,11 @@ def cmd_table(argv: list[str]) -> int:
 def cmd_list(argv: list[str]) -> int:
     _Parser(prog="offpolicy list", description="algorithms, action kinds, presets").parse_args(
         argv)
-    print(f"{'algorithm':<15}{'section':<9}{'action kinds':<20}{'presets':<24}description")
+    print(f"{'algorithm':<15}{'section':<9}{'action kinds':<20}{'presets':<24}"
+          f"{'--replay':<26}description")
     for a in registry.ALGORITHMS.values():
         print(f"{a.name:<15}{a.section:<9}{','.join(a.action_kinds):<20}"
-              f"{','.join(a.presets):<24}{a.description}")
+              f"{','.join(a.presets):<24}{','.join(a.replays):<26}{a.description}")
     return 0
 
 

@@ -60,6 +60,34 @@ class TrainConfig:
     eval_episodes: int = _f(20, "deterministic evaluation episodes per evaluation", ge=1)
     checkpoint_every: int = _f(10_000, "write the latest checkpoint every N env steps", ge=1)
     log_every: int = _f(1_000, "write train.csv / TensorBoard every N env steps", ge=1)
+    replay: str = _f(
+        "er", "experience replay: er (uniform), per (rank-based prioritized, Schaul et al. "
+        "2016), refer (Remember-and-Forget, Novati & Koumoutsakos 2019: rules 1 and 2), "
+        "refer1 (rule 1 only), refer2 (rule 2 only); not every algorithm takes every choice",
+        choices=("er", "per", "refer", "refer1", "refer2"))
+    refer_c: float = _f(4.0, "ReF-ER C of Eq. 13: c_max = 1 + C / (1 + A k)", gt=0)
+    refer_anneal: float = _f(5e-7, "ReF-ER A of Eq. 13: anneals c_max and the learning "
+                             "rates as 1 / (1 + A k), k gradient steps", ge=0)
+    refer_far_fraction: float = _f(0.1, "ReF-ER D of Eq. 12: the target fraction of "
+                                   "far-policy samples in replay", gt=0, lt=1)
+    refer_beta0: float = _f(1.0, "ReF-ER initial penalty coefficient beta (1 = no penalty "
+                            "yet; the authors' smarties starts at 0)", ge=0, le=1)
+    refer_beta_step: float = _f(
+        1e-3, "ReF-ER step eta of Eq. 12's beta update (the paper ties it to the learning "
+        "rate, 1e-4-1e-5, which needs 1e4-1e5 updates to move beta)", gt=0, le=1)
+    refer_rho_max: float = _f(1e3, "importance weights are computed from the log-ratio "
+                              "clipped to +-log(rho_max)", gt=1)
+    replay_diagnostics: bool = _f(
+        False, "with --replay er or per: also store the behaviour policy and log rho, "
+        "KL(mu || pi) and the far-policy fraction (ReF-ER's diagnostics; costs a little "
+        "speed, always on with refer*)")
+    per_alpha: float = _f(0.7, "PER priority exponent alpha (rank-based: 0.7)", ge=0)
+    per_beta0: float = _f(0.5, "PER initial importance-sampling exponent, annealed "
+                          "linearly to 1 over the run", ge=0, le=1)
+    replay_statistics: bool = _f(
+        False, "ReF-ER App. B: standardise states with the mean/std of replay at the first "
+        "update and scale rewards by 1/sqrt(mean r^2 over replay), recomputed every 1000 "
+        "updates (stored return targets are rescaled with it)")
     normalize_obs: bool = _f(False, "normalise observations with running mean/std")
     normalize_reward: bool = _f(False, "scale rewards by the running std of the return")
     save_replay: bool = _f(True, "include the replay buffer in checkpoints (needed to resume)")
@@ -83,13 +111,47 @@ class DDPGConfig(DeterministicActorCriticConfig):
     """DDPG as the ACE paper runs it (Lillicrap et al. 2016 with tanh, no L2)."""
 
     hidden: tuple[int, ...] = _f((400, 300), "hidden sizes of actor and critic")
-    activation: str = _f("tanh", "hidden activation", choices=("tanh", "relu"))
+    activation: str = _f("tanh", "hidden activation", choices=("tanh", "relu", "softsign"))
+    init: str = _f("orthogonal", "weight initialisation: orthogonal (ACE authors' DeepRL: gain "
+                   "1, outputs 1e-3) or refer (ReF-ER App. A: Glorot uniform, outputs "
+                   "U(+-0.1/sqrt(fan_in)))", choices=("orthogonal", "refer"))
     shared_encoder: bool = _f(False, "actor and critic share the first layer (Shared-DDPG)")
     actor_trains_encoder: bool = _f(
         True, "with a shared encoder: the actor's gradient also trains it (authors' code)")
     critic_l2: float = _f(0.0, "L2 weight decay on critic weights (Lillicrap: 1e-2)", ge=0)
     actor_lr: float = _f(1e-4, "Adam step size of the actor", gt=0)
     critic_lr: float = _f(1e-3, "Adam step size of the critic", gt=0)
+
+
+@dataclass
+class NAFConfig:
+    """NAF (Gu et al. 2016); ``--preset paper`` is the ReF-ER paper's setup (App. A)."""
+
+    hidden: tuple[int, ...] = _f((128, 128), "hidden sizes of the one network")
+    activation: str = _f("relu", "hidden activation (the paper: softsign, --preset paper)",
+                         choices=("tanh", "relu", "softsign"))
+    init: str = _f("refer", "weight initialisation (see --ddpg.init)",
+                   choices=("orthogonal", "refer"))
+    lr: float = _f(1e-3, "Adam step size (the paper's 1e-4, tuned for 1e6-step MuJoCo runs, "
+                   "is --preset paper; 1e-3 lets a 30k-step Pendulum run learn)", gt=0)
+    gamma: float = _f(0.995, "discount factor", ge=0, le=1)
+    tau: float = _f(0.005, "soft target update rate (the paper: 0.01)", gt=0, le=1)
+    noise_sigma: float = _f(0.2, "std of the Gaussian exploration pi = m(s) + N(0, sigma^2)",
+                            gt=0)
+
+
+@dataclass
+class VRACERConfig:
+    """V-RACER (Novati & Koumoutsakos 2019, Sec. 2, Algorithm 3)."""
+
+    hidden: tuple[int, ...] = _f((128, 128), "hidden sizes of the one network")
+    activation: str = _f("softsign", "hidden activation", choices=("tanh", "relu", "softsign"))
+    init: str = _f("refer", "weight initialisation (see --ddpg.init)",
+                   choices=("orthogonal", "refer"))
+    lr: float = _f(1e-4, "Adam step size (annealed by Eq. 13 under ReF-ER)", gt=0)
+    gamma: float = _f(0.995, "discount factor", ge=0, le=1)
+    initial_variance: float = _f(0.2, "initial variance of the state-independent diagonal "
+                                 "Gaussian policy (learned)", gt=0)
 
 
 @dataclass

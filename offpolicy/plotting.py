@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import OffpolicyError, did_you_mean
 
 
 def read_eval_csv(path: Path) -> list[dict[str, float]]:
@@ -37,6 +37,22 @@ def read_eval(run_dir: str | Path) -> dict[str, np.ndarray]:
     if not rows:
         raise OffpolicyError(f"{path} has no evaluations yet")
     return {k: np.array([r[k] for r in rows]) for k in rows[0]}
+
+
+def read_metric(run_dir: str | Path, metric: str) -> dict[str, np.ndarray]:
+    """``step`` and ``return_mean`` (the metric, under the eval's key so that :func:`curves`
+    reads both alike) of one train.csv column, e.g. ReF-ER's ``kl_mu_pi``."""
+    path = Path(run_dir) / "train.csv"
+    rows = read_eval_csv(path)
+    if not rows:
+        raise OffpolicyError(f"no train.csv rows in {run_dir}")
+    if metric not in rows[0]:
+        cols = [k for k in rows[0] if k not in ("step", "wall_time")]
+        raise OffpolicyError(f"{path} has no column '{metric}'{did_you_mean(metric, cols)} "
+                             f"(columns: {', '.join(cols)})")
+    rows = [r for r in rows if metric in r]
+    return {"step": np.array([r["step"] for r in rows]),
+            "return_mean": np.array([r[metric] for r in rows])}
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -73,15 +89,20 @@ def group_runs(run_dirs: list[Path], key: str = "label") -> dict[str, list[Path]
         if cfg_path.exists():
             cfg = yaml.safe_load(cfg_path.read_text()) or {}
             name = cfg.get("label") or cfg.get("algo") or name
+            replay = (cfg.get("train") or {}).get("replay", "er")
+            if not cfg.get("label") and replay != "er":
+                name = f"{name}-{replay}"
         groups[name].append(Path(r))
     return dict(groups)
 
 
-def curves(groups: dict[str, list[Path]]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per group: steps, mean over seeds, standard error over seeds (common steps only)."""
+def curves(groups: dict[str, list[Path]], metric: str | None = None
+           ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per group: steps, mean over seeds, standard error over seeds (common steps only) of the
+    evaluation return, or of a train.csv ``metric``."""
     out = {}
     for name, runs in groups.items():
-        evals = [read_eval(r) for r in runs]
+        evals = [read_eval(r) if metric is None else read_metric(r, metric) for r in runs]
         steps = sorted(set.intersection(*[set(e["step"].tolist()) for e in evals]))
         if not steps:
             continue
@@ -91,19 +112,23 @@ def curves(groups: dict[str, list[Path]]) -> dict[str, tuple[np.ndarray, np.ndar
     return out
 
 
-def plot_groups(groups: dict[str, list[Path]], out: str | Path, title: str = "") -> Path:
+def plot_groups(groups: dict[str, list[Path]], out: str | Path, title: str = "",
+                metric: str | None = None, log: bool = False) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    for name, (steps, mean, se) in curves(groups).items():
+    for name, (steps, mean, se) in curves(groups, metric).items():
         n = len(groups[name])
         ax.plot(steps, mean, label=f"{name} (n={n})")
         ax.fill_between(steps, mean - se, mean + se, alpha=0.2)
     ax.set_xlabel("environment steps")
-    ax.set_ylabel("evaluation return (mean over seeds, shaded: s.e.)")
+    what = "evaluation return" if metric is None else metric
+    ax.set_ylabel(f"{what} (mean over seeds, shaded: s.e.)")
+    if log:
+        ax.set_yscale("log")
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)

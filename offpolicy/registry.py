@@ -21,24 +21,56 @@ class Algorithm:
     description: str
     overrides: dict[str, Any] = field(default_factory=dict)
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    replays: tuple[str, ...] = ("er",)  # the --replay choices the agent implements
+    train_overrides: dict[str, Any] = field(default_factory=dict)  # its own loop defaults
+
+    def preset_fields(self, preset: str | None) -> tuple[set[str], set[str]]:
+        """(training fields, algorithm fields) a preset sets (a preset's ``train`` entry
+        holds loop fields, the rest are the algorithm section's)."""
+        values = dict(self.presets.get(preset, {})) if preset else {}
+        return set(values.pop("train", {})), set(values)
 
 
+_ALL_REPLAYS = ("er", "per", "refer", "refer1", "refer2")
+# ReF-ER paper App. A-B: 128-128 softsign MLPs, its initialisation, memory 2^18, states and
+# rewards scaled by replay's contents
+_REFER_COMMON = {"hidden": (128, 128), "activation": "softsign", "init": "refer"}
+_REFER_TRAIN = {"buffer_size": 2**18, "replay_statistics": True}
 _DDPG_PRESETS = {
     "paper": {},  # the ACE paper's DDPG: tanh, no L2
     "lillicrap": {"activation": "relu", "critic_l2": 1e-2},  # the original DDPG paper
+    # ReF-ER paper App. A (DDPG): critic lr 1e-4 with L2 1e-4, actor 1e-5, batch 128,
+    # gamma 0.995, tau 0.01, Gaussian exploration sigma 0.2, ReF-ER replay
+    "refer": {**_REFER_COMMON, "critic_lr": 1e-4, "critic_l2": 1e-4, "actor_lr": 1e-5,
+              "gamma": 0.995, "tau": 0.01, "noise": "gaussian", "noise_sigma": 0.2,
+              "train": {**_REFER_TRAIN, "batch_size": 128, "replay": "refer"}},
 }
+# NAF and V-RACER: the paper's network and App. B scaling by default; "paper" adds its 2^18
+# memory (the default 1e6 keeps every step of a 20k-100k run, learning starts at one batch)
+_ONE_NET_PRESETS = {"paper": {"train": {"buffer_size": 2**18}}}
+_NAF_PRESETS = {"paper": {"lr": 1e-4, "activation": "softsign", "tau": 0.01,
+                          "train": {"buffer_size": 2**18}}}
 _ACE_PRESETS = {"paper": {}, "n10-d1": {"num_actors": 10}, "n5-d2": {"plan_depth": 2}}
 _CONT = ("continuous",)
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
     Algorithm("ddpg", "ddpg", C.DDPGConfig, "offpolicy.agents.ddpg:DDPG", _CONT,
-              "DDPG, actor and critic 400-300 (ACE paper baseline)", presets=_DDPG_PRESETS),
+              "DDPG, actor and critic 400-300 (ACE paper baseline)", presets=_DDPG_PRESETS,
+              replays=_ALL_REPLAYS),
     Algorithm("wide-ddpg", "ddpg", C.DDPGConfig, "offpolicy.agents.ddpg:DDPG", _CONT,
               "DDPG with 800-600 hidden units", overrides={"hidden": (800, 600)},
-              presets=_DDPG_PRESETS),
+              presets=_DDPG_PRESETS, replays=_ALL_REPLAYS),
     Algorithm("shared-ddpg", "ddpg", C.DDPGConfig, "offpolicy.agents.ddpg:DDPG", _CONT,
               "DDPG whose actor and critic share a 400-unit first layer",
-              overrides={"shared_encoder": True}, presets=_DDPG_PRESETS),
+              overrides={"shared_encoder": True}, presets=_DDPG_PRESETS, replays=_ALL_REPLAYS),
+    Algorithm("naf", "naf", C.NAFConfig, "offpolicy.agents.naf:NAF", _CONT,
+              "NAF: quadratic advantage, one network (ReF-ER paper setup)",
+              presets=_NAF_PRESETS, replays=_ALL_REPLAYS,
+              train_overrides={"batch_size": 256, "replay_statistics": True}),
+    Algorithm("vracer", "vracer", C.VRACERConfig, "offpolicy.agents.vracer:VRACER", _CONT,
+              "V-RACER: off-policy PG with stored V^tbc targets, ReF-ER by default",
+              presets=_ONE_NET_PRESETS, replays=_ALL_REPLAYS,
+              train_overrides={"batch_size": 256, "replay": "refer", "replay_statistics": True}),
     Algorithm("ensemble-ddpg", "ace", C.ACEConfig, "offpolicy.agents.ace:ACE", _CONT,
               "ACE without tree search (d=0): N actors, argmax over the critic",
               overrides={"plan_depth": 0}, presets={"paper": {}}),
@@ -121,11 +153,14 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     spec = get(algo)
     train = C.TrainConfig()
     agent = C.apply_overrides(spec.config_cls(), copy.deepcopy(spec.overrides), spec.section)
+    C.apply_overrides(train, copy.deepcopy(spec.train_overrides), "train")
     if preset is not None:
         if not isinstance(preset, str) or preset not in spec.presets:
             raise OffpolicyError(
                 f"unknown preset '{preset}' for {algo} (valid: {', '.join(spec.presets)})")
-        C.apply_overrides(agent, spec.presets[preset], spec.section)
+        values = dict(spec.presets[preset])
+        C.apply_overrides(train, values.pop("train", {}), "train")
+        C.apply_overrides(agent, values, spec.section)
     if file_dict:
         extra = set(file_dict) - {"algo", "preset", "train", spec.section}
         if extra:
@@ -141,10 +176,22 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     C.apply_overrides(agent, agent_overrides or {}, spec.section)
     C.validate(train)
     C.validate(agent, spec.section)
+    if train.replay not in spec.replays:
+        raise OffpolicyError(f"--replay {train.replay} is not available for {algo} "
+                             f"(valid: {', '.join(spec.replays)})")
     if train.batch_size > train.buffer_size:
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")
     return RunConfig(algo, train, agent, preset)
+
+
+def replay_settings(tc: C.TrainConfig):
+    """The ``--replay`` choice and its constants, as agents and the learner take them."""
+    from offpolicy.replay.refer import ReplaySettings
+
+    return ReplaySettings(tc.replay, tc.refer_c, tc.refer_anneal, tc.refer_far_fraction,
+                          tc.refer_beta0, tc.refer_beta_step, tc.refer_rho_max, tc.per_alpha,
+                          tc.per_beta0, tc.replay_diagnostics)
 
 
 def build_agent(run: RunConfig, obs_shape: tuple[int, ...], action_spec) -> Any:
@@ -154,4 +201,7 @@ def build_agent(run: RunConfig, obs_shape: tuple[int, ...], action_spec) -> Any:
             f"{run.algo} does not support {action_spec.kind} actions ({run.train.env} has "
             f"{action_spec.describe()}); {run.algo} supports: {', '.join(spec.action_kinds)}")
     module, cls = spec.builder.split(":")
-    return getattr(importlib.import_module(module), cls)(run.agent, obs_shape, action_spec)
+    agent_cls = getattr(importlib.import_module(module), cls)
+    if spec.replays != ("er",):  # the agent implements the replay choices itself
+        return agent_cls(run.agent, obs_shape, action_spec, replay=replay_settings(run.train))
+    return agent_cls(run.agent, obs_shape, action_spec)

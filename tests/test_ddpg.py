@@ -35,7 +35,8 @@ def batch(seed=0):
             "action": rng.uniform(-1, 1, (B, M)).astype(np.float32),
             "reward": rng.normal(size=B).astype(np.float32),
             "next_obs": rng.normal(size=(B, OBS)).astype(np.float32),
-            "discount": np.array([1, 0, 1, 1, 0, 1], np.float32)}
+            "discount": np.array([1, 0, 1, 1, 0, 1], np.float32),
+            "mean": rng.uniform(-1, 1, (B, M)).astype(np.float32)}
 
 
 def np_mlp(p, x, layers, out_tanh):

@@ -3,6 +3,8 @@
 DDPG on Pendulum-v1 runs in the default suite (about a minute): 20k steps must reach a final
 evaluation return >= -200 (SB3 zoo reports -152 at 20k). The ACE family checks take several
 minutes each and are marked slow (`make test-slow`): final return >= -250 after 20k steps.
+The ReF-ER family (slow): NAF and DDPG with ReF-ER on Pendulum-v1 (30k steps, >= -250),
+V-RACER on InvertedPendulum-v5 (100k steps, >= 900).
 """
 
 import pytest
@@ -11,10 +13,11 @@ from offpolicy import registry
 from offpolicy.training.run import Run
 
 
-def train_pendulum(tmp_path, algo, seed=0, steps=20_000, **agent):
+def train_pendulum(tmp_path, algo, seed=0, steps=20_000, env="Pendulum-v1", train=None,
+                   **agent):
     run = registry.resolve(algo, train_overrides={
-        "env": "Pendulum-v1", "steps": steps, "seed": seed, "eval_every": steps,
-        "eval_episodes": 10, "quiet": True}, agent_overrides=agent)
+        "env": env, "steps": steps, "seed": seed, "eval_every": steps,
+        "eval_episodes": 10, "quiet": True, **(train or {})}, agent_overrides=agent)
     return Run(run, tmp_path / algo).train()
 
 
@@ -28,3 +31,23 @@ def test_ddpg_learns_pendulum(tmp_path):
 def test_ace_family_learns_pendulum(tmp_path, algo):
     summary = train_pendulum(tmp_path, algo)
     assert summary["final_return"] >= -250, summary
+
+
+# ReF-ER issue's acceptance budgets and thresholds (the issue asks 2 of seeds 0-2; the test
+# checks seed 0, the benchmark records all three)
+@pytest.mark.slow
+def test_naf_learns_pendulum(tmp_path):
+    summary = train_pendulum(tmp_path, "naf", steps=30_000)
+    assert summary["final_return"] >= -250, summary
+
+
+@pytest.mark.slow
+def test_ddpg_with_refer_learns_pendulum(tmp_path):
+    summary = train_pendulum(tmp_path, "ddpg", steps=30_000, train={"replay": "refer"})
+    assert summary["final_return"] >= -250, summary
+
+
+@pytest.mark.slow
+def test_vracer_learns_inverted_pendulum(tmp_path):
+    summary = train_pendulum(tmp_path, "vracer", steps=100_000, env="InvertedPendulum-v5")
+    assert summary["final_return"] >= 900, summary

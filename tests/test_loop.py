@@ -178,7 +178,8 @@ def test_resume_after_sigkill(tmp_path):
     assert rmeta["num_valid"] == step  # one transition per env step (the buffer never wraps)
 
     # what a resume restores, checked in-process before the CLI resumes
-    saved = ReplayBuffer(rmeta["capacity"], tuple(rmeta["obs_shape"]), rmeta["action_dim"])
+    saved = ReplayBuffer(rmeta["capacity"], tuple(rmeta["obs_shape"]), rmeta["action_dim"],
+                         {k: tuple(v) for k, v in rmeta["extras"].items()})
     saved.load(ckpt / "replay.npz")
     listing = sorted(p.name for p in run_dir.rglob("*"))
     run = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))

@@ -14,6 +14,22 @@ Update for a batch (s, a, r, s', c), c = 0 if s' is terminal else 1 (truncation 
                                                          of the ACE paper; after the critic step)
   theta'     <- tau theta + (1 - tau) theta'                              (soft target update)
 Two Adam optimisers (actor 1e-4, critic 1e-3), tau = 1e-3, gamma = 0.99, batch 64.
+
+Replay (``--replay``, ReF-ER paper Sec. 3 and Algorithm 4; ``offpolicy/replay/refer.py``).
+Every step stores the behaviour mean m_t = mu(s_t) it acted with; mu_t = N(m_t, sigma^2 I) and
+pi = N(mu(s), sigma^2 I) with sigma = ``noise_sigma`` (0.2), so
+  log rho_t = sum [(a_t - m_t)^2 - (a_t - mu(s_t))^2] / (2 sigma^2),
+  KL(mu_t || pi) = sum (m_t - mu(s_t))^2 / (2 sigma^2)   (symmetric here: both stds are sigma).
+* refer / refer1 / refer2: the policy samples a = mu(s) + sigma N(0, I) itself (no OU noise,
+  as the paper: "with ReF-ER we do not use temporally-correlated noise"); the stored action is
+  the unclipped sample, the env clips it, so rho is the exact Gaussian ratio. Rule 1 zeroes a
+  far-policy sample's critic TD term and its DPG term (Algorithm 4: both g^Q and g^DPG are 0);
+  Rule 2 adds the KL term to the actor only: L_actor = beta mean(w * -Q(s, mu(s))) + (1 - beta)
+  mean KL(mu_t || pi). Both learning rates anneal as eta / (1 + A k) (Eq. 13).
+* per: the critic loss is weighted by PER's importance weights and |TD| is written back.
+* er / per: exploration as configured (OU by default), nothing stored per step; with
+  ``--replay-diagnostics`` rho, the far-policy flag and the KL are computed all the same, as
+  diagnostics (the paper's Fig. 2 compares ER's KL with ReF-ER's).
 """
 
 from __future__ import annotations
@@ -23,71 +39,92 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from offpolicy.agents.acting import NoiseSpec
 from offpolicy.agents.base import transitions
 from offpolicy.config import DDPGConfig
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.networks import ACTIVATIONS, MLP, hidden_init, l2_kernels, soft_update, zeros
+from offpolicy.networks import ACTIVATIONS, INITS, MLP, l2_kernels, soft_update, zeros
+from offpolicy.replay import refer
+from offpolicy.replay.refer import ReplaySettings
 
 
 class Encoder(nn.Module):
     size: int
     activation: str
+    init_scheme: str = "orthogonal"
 
     @nn.compact
     def __call__(self, obs):
         return ACTIVATIONS[self.activation](
-            nn.Dense(self.size, kernel_init=hidden_init, bias_init=zeros)(obs))
+            nn.Dense(self.size, kernel_init=INITS[self.init_scheme][0], bias_init=zeros)(obs))
 
 
 class ActorHead(nn.Module):
     hidden: tuple[int, ...]
     action_dim: int
     activation: str
+    init_scheme: str = "orthogonal"
 
     @nn.compact
     def __call__(self, z):
-        return jnp.tanh(MLP(self.hidden, self.activation, out=self.action_dim)(z))
+        return jnp.tanh(MLP(self.hidden, self.activation, out=self.action_dim,
+                            init_scheme=self.init_scheme)(z))
 
 
 class CriticHead(nn.Module):
     hidden: tuple[int, ...]
     activation: str
+    init_scheme: str = "orthogonal"
 
     @nn.compact
     def __call__(self, z, action):
         x = jnp.concatenate([z, action], axis=-1)
-        return MLP(self.hidden, self.activation, out=1)(x)[..., 0]
+        return MLP(self.hidden, self.activation, out=1, init_scheme=self.init_scheme)(x)[..., 0]
 
 
 class DDPG:
-    """DDPG agent (the protocol of ``agents/base.py``): learns from transitions, stores no
-    behaviour fields, writes nothing back; exploration is host-side OU/Gaussian noise."""
+    """DDPG agent (the protocol of ``agents/base.py``): learns from transitions, stores the
+    behaviour mean it acted with and writes back each sampled step's importance weight and
+    far-policy flag; exploration is host-side OU/Gaussian noise, or, with ReF-ER, Gaussian
+    sampling inside the policy."""
 
     data = transitions()
-    behaviour_fields: dict = {}
-    writeback_fields: dict = {}
 
-    def __init__(self, config: DDPGConfig, obs_shape: tuple[int, ...], spec: ActionSpec):
+    def __init__(self, config: DDPGConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
+                 replay: ReplaySettings = refer.ER):
         self.config = config
         self.obs_shape = obs_shape
         self.spec = spec
+        self.replay = replay
+        self.behaviour_fields, self.writeback_fields = {}, {}
+        if replay.tracks_behaviour:
+            self.behaviour_fields = {"mean": ((spec.dim,), np.float32)}
+            self.writeback_fields = {refer.RHO: ((), np.float32, 1.0),
+                                     refer.FAR: ((), np.float32, 0.0)}
         c = config
         first, rest = c.hidden[0], tuple(c.hidden[1:])
-        self.encoder = Encoder(first, c.activation)
-        self.actor_head = ActorHead(rest, spec.dim, c.activation)
-        self.critic_head = CriticHead(rest, c.activation)
+        self.encoder = Encoder(first, c.activation, c.init)
+        self.actor_head = ActorHead(rest, spec.dim, c.activation, c.init)
+        self.critic_head = CriticHead(rest, c.activation, c.init)
         shared = c.shared_encoder
         self._actor_enc = "encoder" if shared else "actor_encoder"
         self._critic_enc = "encoder" if shared else "critic_encoder"
         self.critic_keys = (self._critic_enc, "critic")
         self.actor_keys = ("actor",) + (
             (self._actor_enc,) if (not shared or c.actor_trains_encoder) else ())
-        self.actor_opt = optax.adam(c.actor_lr)
-        self.critic_opt = optax.adam(c.critic_lr)
-        self.exploration_noise = NoiseSpec(c.noise, c.noise_sigma, c.noise_theta, c.noise_dt)
+        if replay.refer:  # Eq. 13's annealed learning rates; Gaussian exploration in policy()
+            self.actor_opt = refer.annealed_adam(c.actor_lr, replay.anneal)
+            self.critic_opt = refer.annealed_adam(c.critic_lr, replay.anneal)
+            self.exploration_noise = None
+        else:
+            self.actor_opt = optax.adam(c.actor_lr)
+            self.critic_opt = optax.adam(c.critic_lr)
+            self.exploration_noise = NoiseSpec(c.noise, c.noise_sigma, c.noise_theta,
+                                               c.noise_dt)
+        self.sigma = max(c.noise_sigma, 1e-3)  # the std of mu and pi (rho, KL)
 
     # ------------------------------------------------------------------ networks
     def mu(self, params, obs):
@@ -117,6 +154,7 @@ class DDPG:
             "target": params,
             "actor_opt": self.actor_opt.init({k: params[k] for k in self.actor_keys}),
             "critic_opt": self.critic_opt.init({k: params[k] for k in self.critic_keys}),
+            **({"refer": refer.init_state(self.replay)} if self.replay.tracks_behaviour else {}),
         }
 
     # ------------------------------------------------------------------ learning
@@ -127,36 +165,69 @@ class DDPG:
         return jax.lax.stop_gradient(batch["reward"]
                                      + self.config.gamma * batch["discount"] * q_next)
 
-    def critic_loss(self, cp: dict, params: dict, batch: dict, y: jax.Array):
-        """1/2 mean (Q(s, a) - y)^2 + l2 sum ||W||^2 over the critic's kernels (biases excluded;
-        with a shared encoder its kernel counts too, as the critic trains it)."""
+    def critic_loss(self, cp: dict, params: dict, batch: dict, y: jax.Array,
+                    weights: jax.Array | float = 1.0):
+        """1/2 mean w (Q(s, a) - y)^2 + l2 sum ||W||^2 over the critic's kernels (biases
+        excluded; with a shared encoder its kernel counts too, as the critic trains it).
+        ``weights``: Rule 1's near-policy mask times PER's importance weights (1 for ER)."""
         q = self.q({**params, **cp}, batch["obs"], batch["action"])
-        loss = 0.5 * jnp.mean((q - y) ** 2)
+        loss = 0.5 * jnp.mean(weights * (q - y) ** 2)
         if self.config.critic_l2 > 0:
             loss = loss + self.config.critic_l2 * l2_kernels(cp)
         return loss, q
 
-    def actor_loss(self, ap: dict, params: dict, obs: jax.Array) -> jax.Array:
+    def actor_loss(self, ap: dict, params: dict, obs: jax.Array,
+                   weights: jax.Array | float = 1.0, beta: jax.Array | float = 1.0,
+                   behaviour_mean: jax.Array | None = None) -> jax.Array:
         """-mean Q(sg(z_critic), mu(s)): the critic's state input is held fixed, so only mu(s)
-        carries the gradient (with a shared encoder, the actor trains it through mu only)."""
+        carries the gradient (with a shared encoder, the actor trains it through mu only).
+        ReF-ER: beta mean(w * -Q) + (1 - beta) mean KL(mu_t || pi) (Eq. 10-11), the KL term
+        given ``behaviour_mean``."""
         p = {**params, **ap}
         z = self.encoder.apply({"params": p[self._actor_enc]}, obs)
         a = self.actor_head.apply({"params": p["actor"]}, z)
         zc = jax.lax.stop_gradient(self.encoder.apply({"params": p[self._critic_enc]}, obs))
-        return -jnp.mean(self.critic_head.apply({"params": params["critic"]}, zc, a))
+        loss = -jnp.mean(weights * self.critic_head.apply({"params": params["critic"]}, zc, a))
+        if behaviour_mean is None:
+            return loss
+        return beta * loss + (1.0 - beta) * jnp.mean(self.kl(behaviour_mean, a))
+
+    def kl(self, behaviour_mean: jax.Array, mean: jax.Array) -> jax.Array:
+        """KL(mu_t || pi) [B] for two Gaussians of std sigma."""
+        return jnp.sum((behaviour_mean - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
+
+    def log_ratio(self, batch: dict, mean: jax.Array) -> jax.Array:
+        """log pi(a_t|s_t) - log mu_t(a_t|s_t) [B]."""
+        a, m_mu = batch["action"], batch["mean"]
+        return jnp.sum((a - m_mu) ** 2 - (a - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
 
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
-        c = self.config
+        c, r = self.config, self.replay
         params, target = state["params"], state["target"]
+        weights, beta, extra_state, metrics, writeback = 1.0, 1.0, {}, {}, {}
+        if r.tracks_behaviour:
+            # rho and KL with the pre-update actor, refreshed in replay (Algorithm 4)
+            mean = jax.lax.stop_gradient(self.mu(params, batch["obs"]))
+            rho = refer.importance_weight(self.log_ratio(batch, mean), 0.0, r.rho_max)
+            kl = self.kl(batch["mean"], mean)
+            far_fraction = batch["far_fraction"]
+            weights, beta, extra_state["refer"], cmax, far = refer.rules(
+                r, state["refer"], rho, far_fraction)
+            metrics = refer.diagnostics(rho, kl, far, beta, cmax, far_fraction)
+            writeback = {refer.RHO: rho, refer.FAR: far}
+        critic_w = weights * batch["weight"] if "weight" in batch else weights
+
         y = self.bootstrap_target(target, batch)
         cp = {k: params[k] for k in self.critic_keys}
         (c_loss, q), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-            cp, params, batch, y)
+            cp, params, batch, y, critic_w)
         upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], cp)
         params = {**params, **optax.apply_updates(cp, upd)}
 
         ap = {k: params[k] for k in self.actor_keys}
-        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, params, batch["obs"])
+        penalty = batch["mean"] if r.rule2 else None
+        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, params, batch["obs"], weights,
+                                                            beta, penalty)
         upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
         params = {**params, **optax.apply_updates(ap, upd)}
 
@@ -165,10 +236,13 @@ class DDPG:
             "target": soft_update(target, params, c.tau),
             "actor_opt": actor_opt,
             "critic_opt": critic_opt,
+            **extra_state,
         }
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": jnp.mean(q),
-                   "target_mean": jnp.mean(y)}
-        return new_state, metrics, {}
+                   "target_mean": jnp.mean(y), **metrics}
+        if r.prioritized:
+            writeback["td_abs"] = jnp.abs(q - y)
+        return new_state, metrics, writeback
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> dict:
@@ -176,5 +250,10 @@ class DDPG:
         return {self._actor_enc: p[self._actor_enc], "actor": p["actor"]}
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
-        """The greedy action mu(s); exploration noise is added on the host."""
-        return self.mu(params, obs), {}
+        """The greedy action mu(s) and its behaviour mean; exploration noise is added on the
+        host, except with ReF-ER, where exploring samples mu(s) + sigma N(0, I) here."""
+        mean = self.mu(params, obs)
+        info = {"mean": mean} if self.behaviour_fields else {}
+        if explore and self.exploration_noise is None:
+            return mean + self.sigma * jax.random.normal(key, mean.shape), info
+        return mean, info

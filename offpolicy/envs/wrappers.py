@@ -39,13 +39,15 @@ class RunningMeanStd:
 class ObsNormalizer:
     """z = clip((obs - mean) / sqrt(var + eps), -clip, clip); identity when disabled."""
 
-    def __init__(self, shape: tuple[int, ...], enabled: bool, clip: float = 10.0):
+    def __init__(self, shape: tuple[int, ...], enabled: bool, clip: float = 10.0,
+                 frozen: bool = False):
         self.enabled = enabled
         self.rms = RunningMeanStd(shape)
         self.clip = clip
+        self.frozen = frozen  # statistics set from outside (ReF-ER App. B: from replay)
 
     def update(self, obs: np.ndarray) -> None:
-        if self.enabled:
+        if self.enabled and not self.frozen:
             self.rms.update(obs)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
@@ -59,15 +61,16 @@ class RewardScaler:
     """Divides rewards by the running std of the discounted return (as SB3's VecNormalize),
     one return per env copy."""
 
-    def __init__(self, gamma: float, enabled: bool, num_envs: int = 1):
+    def __init__(self, gamma: float, enabled: bool, num_envs: int = 1, frozen: bool = False):
         self.enabled = enabled
+        self.frozen = frozen  # scale set from outside (ReF-ER App. B: sqrt(mean r^2) of replay)
         self.gamma = gamma
         self.rms = RunningMeanStd(())
         self.ret = np.zeros(num_envs, np.float64)
 
     def update(self, reward: np.ndarray, done: np.ndarray) -> None:
         """``reward``, ``done``: [K] for the K env copies."""
-        if self.enabled:
+        if self.enabled and not self.frozen:
             self.ret = self.ret * self.gamma + reward
             self.rms.update(self.ret)
             self.ret[np.asarray(done, bool)] = 0.0

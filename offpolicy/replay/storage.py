@@ -53,9 +53,17 @@ class ReplayBuffer:
         obs_dtype: np.dtype | str = np.float32,
         seed: int = 0,
         num_streams: int = 1,
+        counted: tuple[str, ...] = (),
+        forget_whole_episodes: bool = False,
     ):
         """``extras``: per-step fields ``{name: (shape, dtype)}`` or ``(shape, dtype,
-        initial)``; ``initial`` fills a new step (write-back fields start there)."""
+        initial)``; ``initial`` fills a new step (write-back fields start there).
+        ``counted``: scalar extra fields whose sum over the valid transitions is kept as a
+        running total (:meth:`count`; ReF-ER's number of far-policy samples), updated on every
+        write instead of scanned. ``forget_whole_episodes``: when a ring overwrites the first
+        step of its oldest episode, that whole episode leaves the buffer (ReF-ER, App. C:
+        episodes are removed first in, first out, so stored returns never refer to a step
+        that is gone); otherwise steps leave one at a time."""
         if num_streams < 1:
             raise OffpolicyError(f"replay needs at least one stream, got {num_streams}")
         if capacity // num_streams < 2:
@@ -91,6 +99,16 @@ class ReplayBuffer:
         self.num_valid = 0
         self._starts = [collections.deque() for _ in range(k)]  # first slots of episodes
         self.rng = np.random.Generator(np.random.PCG64(seed))
+        for name in counted:
+            if name not in self.extras or self.extra_specs[name][0] != ():
+                raise OffpolicyError(f"counted field '{name}' must be a scalar extra field")
+        self._counts = {name: 0.0 for name in counted}
+        self.forget_whole_episodes = forget_whole_episodes
+        # callbacks(slots, valid) on every slot whose transition appears or disappears
+        # (prioritized replay keeps its priorities in step with the buffer through them)
+        self.listeners: list = []
+        # (first slot, last slot) of episodes finished since the last take_closed_episodes()
+        self._closed: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ single-ring views
     @property
@@ -110,16 +128,65 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ writing
     def _write_obs(self, stream: int, obs: np.ndarray) -> int:
         h = int(self.base[stream] + self.heads[stream])
-        if self.valid[h]:
-            self.valid[h] = False
-            self.num_valid -= 1
         starts = self._starts[stream]
         if starts and starts[0] == h:  # the oldest episode loses its first step
             starts.popleft()
+            if self.forget_whole_episodes:
+                self._forget_episode(stream, h)
+        if self.valid[h]:
+            self._invalidate(np.array([h]))
         self.obs[h] = obs
         self.heads[stream] = (self.heads[stream] + 1) % self.stream_capacity
         self.sizes[stream] = min(self.sizes[stream] + 1, self.stream_capacity)
         return h
+
+    def _forget_episode(self, stream: int, first: int) -> None:
+        """Invalidate every transition of the episode starting at ``first`` (Remember-and-
+        Forget, App. C: whole episodes leave the memory oldest first, so a stored return never
+        refers to a step that is gone)."""
+        if not self._starts[stream]:  # the episode in progress is longer than the ring
+            self._invalidate(np.array([first])[self.valid[[first]]])
+            return
+        sc, base = self.stream_capacity, int(self.base[stream])
+        n = (self._starts[stream][0] - first) % sc
+        slots = base + (first - base + np.arange(n)) % sc
+        self._invalidate(slots[self.valid[slots]])
+
+    def _invalidate(self, slots: np.ndarray) -> None:
+        if slots.size == 0:
+            return
+        for name in self._counts:
+            self._counts[name] -= float(self.extras[name][slots].sum())
+            self.extras[name][slots] = 0
+        self.valid[slots] = False
+        self.num_valid -= int(slots.size)
+        for f in self.listeners:
+            f(slots, np.zeros(slots.size, bool))
+
+    def count(self, name: str) -> float:
+        """Running sum of a counted field over the valid transitions."""
+        return self._counts[name]
+
+    def take_closed_episodes(self) -> list[tuple[int, int]]:
+        """(first slot, last slot) of every episode finished since the previous call (whose
+        first slot is still in the buffer)."""
+        out, self._closed = self._closed, []
+        return [(a, b) for a, b in out if self.valid[a] and self.valid[b]]
+
+    def episode_first_slots(self, idx: np.ndarray) -> np.ndarray:
+        """The first slot of the episode of each valid transition ``idx`` (any shape)."""
+        idx = np.asarray(idx, np.int64)
+        out = np.empty_like(idx)
+        sc = self.stream_capacity
+        stream = idx // sc
+        for s in np.unique(stream):
+            sel = stream == s
+            starts = np.fromiter(self._starts[s], np.int64, len(self._starts[s]))
+            oldest = int(self.base[s] + self.heads[s])  # ages count from the oldest slot
+            pos = np.searchsorted((starts - oldest) % sc, (idx[sel] - oldest) % sc,
+                                  side="right") - 1
+            out[sel] = starts[np.maximum(pos, 0)]
+        return out
 
     def _write_step(self, p, action, reward, terminated, truncated, extras: dict) -> None:
         """The transition's own fields at slot(s) ``p``; write-back fields start at their
@@ -128,6 +195,8 @@ class ReplayBuffer:
         self.reward[p] = reward
         self.terminated[p] = terminated
         self.truncated[p] = truncated
+        for name in self._counts:  # p holds no transition yet: its old value is not counted
+            self.extras[name][p] = 0
         for k, v in self.extra_initial.items():
             self.extras[k][p] = v
         for k, v in extras.items():
@@ -149,8 +218,17 @@ class ReplayBuffer:
         self._write_obs(stream, next_obs)
         self.valid[p] = True  # after the write: next_obs now sits at next(p)
         self.num_valid += 1
+        self._added(np.array([p]))
         if terminated or truncated:
             self.opens[stream] = False
+            if self._starts[stream]:  # else the episode outgrew its ring
+                self._closed.append((self._starts[stream][-1], p))
+
+    def _added(self, p: np.ndarray) -> None:
+        for name in self._counts:
+            self._counts[name] += float(self.extras[name][p].sum())
+        for f in self.listeners:
+            f(p, np.ones(p.size, bool))
 
     def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
         """One step of every ring at once (a vectorised collector): arrays with a leading
@@ -165,18 +243,24 @@ class ReplayBuffer:
         p = self.base + (self.heads - 1) % sc
         h = self.base + self.heads
         self._write_step(p, action, reward, terminated, truncated, extras or {})
-        self.num_valid -= int(self.valid[h].sum())
-        self.valid[h] = False
         for s in range(self.num_streams):
             starts = self._starts[s]
             if starts and starts[0] == h[s]:
                 starts.popleft()
+                if self.forget_whole_episodes:
+                    self._forget_episode(s, int(h[s]))
+        self._invalidate(h[self.valid[h]])
         self.obs[h] = next_obs
         self.heads = (self.heads + 1) % sc
         np.minimum(self.sizes + 1, sc, out=self.sizes)
         self.valid[p] = True
         self.num_valid += self.num_streams
-        self.opens &= ~(np.asarray(terminated, bool) | np.asarray(truncated, bool))
+        self._added(p)
+        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        for s in np.flatnonzero(ended):
+            if self._starts[s]:
+                self._closed.append((self._starts[s][-1], int(p[s])))
+        self.opens &= ~ended
 
     def write(self, idx: np.ndarray, fields: dict[str, np.ndarray],
               mask: np.ndarray | None = None) -> None:
@@ -191,10 +275,15 @@ class ReplayBuffer:
                 raise OffpolicyError(f"replay has no field '{k}' to write back "
                                      f"(fields: {', '.join(self.extras) or 'none'})")
             v = np.asarray(v)
-            if sel is None:
-                self.extras[k][idx] = v
+            where, v = (idx, v) if sel is None else (idx[sel], v[sel])
+            if k in self._counts:
+                # duplicates in one batch: the last write wins, counted once
+                u = np.unique(where)
+                old = float(self.extras[k][u][self.valid[u]].sum())
+                self.extras[k][where] = v
+                self._counts[k] += float(self.extras[k][u][self.valid[u]].sum()) - old
             else:
-                self.extras[k][idx[sel]] = v[sel]
+                self.extras[k][where] = v
 
     def __len__(self) -> int:
         return self.num_valid
@@ -388,6 +477,7 @@ class ReplayBuffer:
             "extras": {k: [list(s), d.str] for k, (s, d) in self.extra_specs.items()},
             "rng": self.rng.bit_generator.state,
             "starts": [list(map(int, q)) for q in self._starts],
+            "closed": [[int(a), int(b)] for a, b in self._closed],
         }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         return arrays
@@ -416,7 +506,7 @@ class ReplayBuffer:
                 if (meta["capacity"] != self.capacity or streams != self.num_streams
                         or tuple(meta["obs_shape"]) != self.obs_shape
                         or meta["action_dim"] != self.action_dim
-                        or set(meta["extras"]) != set(self.extra_specs)):
+                        or not set(meta["extras"]) <= set(self.extra_specs)):
                     raise OffpolicyError(
                         f"replay in {path} does not match this configuration "
                         f"(capacity {meta['capacity']}, {streams} env copies, obs "
@@ -434,7 +524,10 @@ class ReplayBuffer:
                 for k in _CORE:
                     getattr(self, k)[slots] = z[k]
                 for k in self.extras:
-                    self.extras[k][slots] = z[f"extra.{k}"]
+                    # a field the file predates (an agent that stores more since): its
+                    # initial value, or zeros
+                    self.extras[k][slots] = (z[f"extra.{k}"] if k in meta["extras"]
+                                             else self.extra_initial.get(k, 0))
         except OffpolicyError:
             raise
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -447,6 +540,12 @@ class ReplayBuffer:
             self._starts = [collections.deque(q) for q in meta["starts"]]
         else:  # a file written before episode starts were saved
             self._rebuild_starts()
+        self._closed = [(int(a), int(b)) for a, b in meta.get("closed", [])]
+        for name in self._counts:
+            self._counts[name] = float(self.extras[name][self.valid].sum())
+        for f in self.listeners:
+            every = np.arange(self.capacity)
+            f(every, self.valid.copy())
 
     def _rebuild_starts(self) -> None:
         """Episode first slots, oldest first per ring: a valid slot whose predecessor in the

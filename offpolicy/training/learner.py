@@ -26,17 +26,36 @@ from offpolicy.agents.acting import key_to_list
 from offpolicy.agents.base import Agent
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import NonFiniteError
+from offpolicy.replay import stored_returns
+from offpolicy.replay.refer import ER, FAR, ReplaySettings
 from offpolicy.replay.storage import ReplayBuffer
 
 OBS_KEYS = ("obs", "next_obs")
+PRIORITY = "td_abs"  # write-back key of |TD| for prioritized replay (not a replay field)
+RESCALE_EVERY = 1000  # updates between reward-scale recomputations (ReF-ER App. B)
 
 
 class Learner:
     def __init__(self, agent: Agent, replay: ReplayBuffer, batch_size: int, seed: int,
-                 obs_norm: ObsNormalizer, reward_scale: RewardScaler):
+                 obs_norm: ObsNormalizer, reward_scale: RewardScaler,
+                 settings: ReplaySettings = ER, total_updates: int = 1,
+                 replay_statistics: bool = False):
         self.agent, self.replay, self.batch_size = agent, replay, batch_size
         self.obs_norm, self.reward_scale = obs_norm, reward_scale
         self.normalizing = obs_norm.enabled or reward_scale.enabled
+        self.settings = settings
+        self.updates = 0
+        self.per = None
+        if settings.prioritized:
+            from offpolicy.replay.prioritized import RankPrioritized
+
+            self.per = RankPrioritized(replay.capacity, settings.per_alpha, settings.per_beta0,
+                                       max(int(total_updates), 1), seed=seed + 8)
+            replay.listeners.append(self.per.on_write)
+        # agents that store their behaviour policy get the memory's far-policy fraction
+        self.far_fraction = FAR in agent.writeback_fields
+        self.stored: stored_returns.StoredReturn | None = getattr(agent, "stored_return", None)
+        self.replay_statistics = replay_statistics
         # distinct buffers for every leaf (targets start as copies), as donation requires
         self.state = jax.tree_util.tree_map(jnp.array, agent.init(jax.random.PRNGKey(seed)))
         self.update_key = jax.random.PRNGKey(seed + 4)
@@ -113,10 +132,23 @@ class Learner:
         d = self.data
         if d.kind == "transitions":
             idx = np.zeros(n, np.int64)
-            return idx, self.replay.gather(idx)
+            batch = self.replay.gather(idx)
+            if self.per is not None:
+                batch["weight"] = np.ones(n, np.float32)
+            return idx, self._augment(idx, batch)
         t = d.length
         steps = np.zeros((t, n), np.int64)
-        return steps, self.replay._windows(steps[0], t)[1]
+        return steps, self._augment(steps, self.replay._windows(steps[0], t)[1])
+
+    def _augment(self, idx: np.ndarray, batch: dict) -> dict:
+        """Add the memory-wide inputs some agents take: the far-policy fraction n_far / N
+        (ReF-ER Eq. 12) and the stored target of each step's successor (V-RACER)."""
+        if self.far_fraction:
+            batch["far_fraction"] = np.float32(self.replay.count(FAR) / max(len(self.replay), 1))
+        if self.stored is not None:
+            batch[self.stored.next_target] = stored_returns.next_targets(self.replay,
+                                                                         self.stored, idx)
+        return batch
 
     # ------------------------------------------------------------------ sampling
     def ready(self) -> bool:
@@ -126,13 +158,45 @@ class Learner:
     def sample(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """A batch per the agent's data spec, normalised."""
         d, n = self.data, self.batch_size
-        if d.kind == "transitions":
+        self._maintain()
+        if self.per is not None:
+            idx, weight = self.per.sample(n, self.updates)
+            batch = self.replay.gather(idx)
+            batch["weight"] = weight
+        elif d.kind == "transitions":
             idx, batch = self.replay.sample(n)
         elif d.kind == "sequences":
             idx, batch = self.replay.sample_sequences(n, d.length)
         else:
             idx, batch = self.replay.sample_episodes(n, d.length)
-        return idx, self.normalize(batch)
+        return idx, self.normalize(self._augment(idx, batch))
+
+    # ------------------------------------------------------------------ replay upkeep
+    def _reward_factor(self) -> float:
+        rs = self.reward_scale
+        return float(1.0 / np.sqrt(rs.rms.var + 1e-8)) if rs.enabled else 1.0
+
+    def _maintain(self) -> None:
+        """Before sampling: ReF-ER App. B statistics from replay (states at the first update,
+        the reward scale every RESCALE_EVERY updates, stored targets rescaled with it), and
+        the stored targets of episodes that ended since the last update."""
+        if self.replay_statistics and self.updates % RESCALE_EVERY == 0:
+            valid = self.replay.valid
+            if self.updates == 0:
+                obs = self.replay.obs[valid].astype(np.float64)
+                self.obs_norm.rms.mean, self.obs_norm.rms.var = obs.mean(0), obs.var(0)
+                self.obs_norm.rms.count = float(len(obs))
+            old = self._reward_factor()
+            self.reward_scale.rms.var = np.float64(np.mean(
+                np.square(self.replay.reward[valid], dtype=np.float64)))
+            if self.stored is not None and self.updates > 0:
+                ratio = self._reward_factor() / old
+                for k in self.stored.reward_unit_fields:
+                    self.replay.extras[k] *= ratio
+        if self.stored is not None:
+            factor = self._reward_factor()
+            for first, last in self.replay.take_closed_episodes():
+                stored_returns.close_episode(self.replay, self.stored, first, last, factor)
 
     def normalize(self, batch: dict) -> dict:
         if self.normalizing:
@@ -182,10 +246,24 @@ class Learner:
             self._write_back(*pending)
 
     def _write_back(self, idx, batch, wb) -> None:
-        if self.writes_back and wb:
+        self.updates += 1
+        if not wb:
+            return
+        wb = {k: np.asarray(v) for k, v in wb.items()}
+        if PRIORITY in wb:
+            priority = wb.pop(PRIORITY)
+            if self.per is not None:
+                self.per.update(idx, priority)
+        if self.stored is not None:
+            t = self.stored.target
+            delta = wb[t] - batch[t]
+            keep = np.isfinite(wb[t])
+            wb[t] = np.where(keep, wb[t], batch[t])  # a step of an unfinished episode keeps NaN
+        if self.writes_back:
             mask = batch.get("mask")
-            self.replay.write(idx, {k: np.asarray(v) for k, v in wb.items()},
-                              None if mask is None else np.asarray(mask))
+            self.replay.write(idx, wb, None if mask is None else np.asarray(mask))
+        if self.stored is not None:
+            stored_returns.propagate(self.replay, self.stored, idx, np.where(keep, delta, 0.0))
 
     def acting_params(self) -> Any:
         return self.agent.acting_params(self.state)

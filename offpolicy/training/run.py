@@ -49,6 +49,7 @@ from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError
 from offpolicy.jax_setup import configure_jax
 from offpolicy.plotting import last_eval, plot_run
+from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.training import checkpoint
 from offpolicy.training.collector import Collector
@@ -90,14 +91,22 @@ class Run:
         check_agent(self.agent)
         fields = dict(self.agent.behaviour_fields) | dict(self.agent.writeback_fields)
         k = tc.num_envs
-        self.replay = ReplayBuffer(tc.buffer_size if with_replay else 2 * k, self.obs_shape,
-                                   self.spec.flat_dim, fields, seed=tc.seed + 2, num_streams=k)
-        self.obs_norm = ObsNormalizer(self.obs_shape, tc.normalize_obs)
-        self.reward_scale = RewardScaler(getattr(run.agent, "gamma", 0.99), tc.normalize_reward,
-                                         k)
+        stored = getattr(self.agent, "stored_return", None)
+        self.replay = ReplayBuffer(
+            tc.buffer_size if with_replay else 2 * k, self.obs_shape, self.spec.flat_dim, fields,
+            seed=tc.seed + 2, num_streams=k,
+            counted=(FAR,) if FAR in self.agent.writeback_fields else (),
+            forget_whole_episodes=tc.replay != "er" or stored is not None)
+        # App. B statistics come from replay (set by the learner), not from running updates
+        self.obs_norm = ObsNormalizer(self.obs_shape, tc.normalize_obs or tc.replay_statistics,
+                                      frozen=tc.replay_statistics)
+        self.reward_scale = RewardScaler(getattr(run.agent, "gamma", 0.99),
+                                         tc.normalize_reward or tc.replay_statistics, k,
+                                         frozen=tc.replay_statistics)
         self._check_cadence(k)
         self.learner = Learner(self.agent, self.replay, tc.batch_size, tc.seed, self.obs_norm,
-                               self.reward_scale)
+                               self.reward_scale, registry.replay_settings(tc),
+                               int(tc.steps * tc.updates_per_step), tc.replay_statistics)
         # replay updates per segment ~ Poisson(replay_ratio) (ACER); its state is checkpointed
         self.poisson = np.random.Generator(np.random.PCG64(tc.seed + 7))
         self.policy = HostPolicy(self.agent.policy, tc.seed + 6)

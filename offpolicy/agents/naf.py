@@ -1,0 +1,145 @@
+"""NAF: normalized advantage functions (Gu et al. 2016), as the ReF-ER paper runs it.
+
+One network (ReF-ER paper Eq. 4; App. A: 128-128 softsign MLP) gives, for a state s,
+  V(s), the mean action m(s) = tanh(.) in [-1, 1]^m, and a lower-triangular L(s) whose diagonal
+  is mapped to R+ by softplus (App. E: "diagonal terms are mapped to R+ with a Softplus"), so
+  P(s) = L L^T is positive definite, and
+  Q(s, a) = V(s) - 1/2 (a - m(s))^T P(s) (a - m(s))                 (Eq. 4; the 1/2 is Gu et
+                                                                      al.'s, Eq. 4 omits it)
+so argmax_a Q(s, a) = m(s) and max_a Q = V(s).
+
+Update for a batch (s, a, r, s', c), c = 0 at termination:
+  y = r + gamma c V'(s')                               (target network, tau = 0.01)
+  L = beta * 1/2 mean w (Q(s, a) - y)^2 + (1 - beta) mean KL(mu_t || pi)
+where w is Rule 1's near-policy mask (NAF has no separate policy gradient, so Rule 1 zeroes
+the whole TD term of a far-policy sample, and Rule 2's beta weighs that TD term against the
+penalty: the paper's remark on Algorithm 4, "all the gradients are computed from the Q-learning
+target") times PER's importance weights. Exploration in every replay mode is Gaussian,
+pi = m(s) + N(0, sigma^2 I), sigma = 0.2 (App. A), sampled inside the policy; the stored action
+is the unclipped sample. rho and KL(mu_t || pi) = |m_t - m(s)|^2 / (2 sigma^2) as in DDPG.
+Adam, lr 1e-4 (annealed by Eq. 13 under ReF-ER), batch 256, gamma = 0.995.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from offpolicy.agents.base import transitions
+from offpolicy.config import NAFConfig
+from offpolicy.envs.spaces import ActionSpec
+from offpolicy.networks import INITS, MLP, soft_update, zeros
+from offpolicy.replay import refer
+from offpolicy.replay.refer import ReplaySettings
+
+
+class NAFNetwork(nn.Module):
+    """s -> (V [B], m [B, m], L [B, m, m] lower-triangular with a positive diagonal)."""
+
+    hidden: tuple[int, ...]
+    action_dim: int
+    activation: str
+    init_scheme: str
+
+    @nn.compact
+    def __call__(self, obs):
+        m = self.action_dim
+        z = MLP(self.hidden, self.activation, init_scheme=self.init_scheme)(obs)
+        out_init = INITS[self.init_scheme][1](1e-3)
+        n_tril = m * (m + 1) // 2
+        head = nn.Dense(1 + m + n_tril, kernel_init=out_init, bias_init=zeros)(z)
+        value, mean, entries = head[..., 0], jnp.tanh(head[..., 1:1 + m]), head[..., 1 + m:]
+        rows, cols = np.tril_indices(m)
+        diag = rows == cols
+        entries = jnp.where(diag, jax.nn.softplus(entries), entries)
+        lower = jnp.zeros((*entries.shape[:-1], m, m), entries.dtype).at[..., rows, cols].set(
+            entries)
+        return value, mean, lower
+
+
+def advantage(mean: jax.Array, lower: jax.Array, action: jax.Array) -> jax.Array:
+    """A(s, a) = -1/2 (a - m)^T L L^T (a - m) = -1/2 |L^T (a - m)|^2  [B]."""
+    u = jnp.einsum("...ji,...j->...i", lower, action - mean)
+    return -0.5 * jnp.sum(u * u, axis=-1)
+
+
+class NAF:
+    """NAF agent: transitions, Gaussian exploration recorded per step, every ``--replay``."""
+
+    data = transitions()
+    exploration_noise = None
+
+    def __init__(self, config: NAFConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
+                 replay: ReplaySettings = refer.ER):
+        self.config, self.obs_shape, self.spec, self.replay = config, obs_shape, spec, replay
+        self.net = NAFNetwork(tuple(config.hidden), spec.dim, config.activation, config.init)
+        self.sigma = config.noise_sigma
+        self.behaviour_fields = {"mean": ((spec.dim,), np.float32)}
+        self.writeback_fields = {refer.RHO: ((), np.float32, 1.0),
+                                 refer.FAR: ((), np.float32, 0.0)}
+        self.opt = (refer.annealed_adam(config.lr, replay.anneal) if replay.refer
+                    else optax.adam(config.lr))
+
+    def init(self, key: jax.Array) -> dict[str, Any]:
+        params = self.net.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))["params"]
+        return {"params": params, "target": params, "opt": self.opt.init(params),
+                "refer": refer.init_state(self.replay)}
+
+    def q(self, params, obs, action) -> jax.Array:
+        value, mean, lower = self.net.apply({"params": params}, obs)
+        return value + advantage(mean, lower, action)
+
+    def kl(self, behaviour_mean, mean) -> jax.Array:
+        return jnp.sum((behaviour_mean - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
+
+    def loss(self, params, batch, y, weights, beta, penalty: bool):
+        value, mean, lower = self.net.apply({"params": params}, batch["obs"])
+        q = value + advantage(mean, lower, batch["action"])
+        td = q - y
+        loss = 0.5 * jnp.mean(weights * td**2)
+        if penalty:
+            loss = beta * loss + (1.0 - beta) * jnp.mean(self.kl(batch["mean"], mean))
+        return loss, (q, td)
+
+    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+        c, r = self.config, self.replay
+        params = state["params"]
+        _, mean, _ = self.net.apply({"params": params}, batch["obs"])
+        mean = jax.lax.stop_gradient(mean)
+        a, m_mu = batch["action"], batch["mean"]
+        log_ratio = jnp.sum((a - m_mu) ** 2 - (a - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
+        rho = refer.importance_weight(log_ratio, 0.0, r.rho_max)
+        kl = self.kl(m_mu, mean)
+        far_fraction = batch.get("far_fraction", jnp.zeros(()))
+        weights, beta, refer_state, cmax, far = refer.rules(r, state["refer"], rho, far_fraction)
+        if "weight" in batch:
+            weights = weights * batch["weight"]
+        next_value, _, _ = self.net.apply({"params": state["target"]}, batch["next_obs"])
+        y = jax.lax.stop_gradient(batch["reward"] + c.gamma * batch["discount"] * next_value)
+        (loss, (q, td)), grads = jax.value_and_grad(self.loss, has_aux=True)(
+            params, batch, y, weights, beta, r.rule2)
+        upd, opt = self.opt.update(grads, state["opt"], params)
+        params = optax.apply_updates(params, upd)
+        new_state = {"params": params, "target": soft_update(state["target"], params, c.tau),
+                     "opt": opt, "refer": refer_state}
+        metrics = {"loss": loss, "q_mean": jnp.mean(q), "target_mean": jnp.mean(y),
+                   **refer.diagnostics(rho, kl, far, beta, cmax, far_fraction)}
+        writeback = {refer.RHO: rho, refer.FAR: far}
+        if r.prioritized:
+            writeback["td_abs"] = jnp.abs(td)
+        return new_state, metrics, writeback
+
+    def acting_params(self, state: dict) -> dict:
+        return state["params"]
+
+    def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
+        """m(s), or m(s) + sigma N(0, I) when exploring; records the mean."""
+        _, mean, _ = self.net.apply({"params": params}, obs)
+        if explore:
+            return mean + self.sigma * jax.random.normal(key, mean.shape), {"mean": mean}
+        return mean, {"mean": mean}

@@ -1,0 +1,113 @@
+"""Per-step return targets kept in replay and refreshed along the episode (V-RACER, ReF-ER
+paper Sec. 2 and Algorithms 2-3).
+
+V-RACER learns from single time steps but its value target V^tbc_t (Eq. 8) depends on the rest
+of the episode:
+
+    V^tbc_t = v_t + rhobar_t [r_t + gamma V^tbc_{t+1} - v_t],   rhobar_t = min(1, rho_t)
+
+with V^tbc after the last step = 0 at termination and V(s_T) at truncation. So each step stores
+its latest value estimate v_t, importance weight rho_t and target V^tbc_t:
+
+* when an episode ends, :func:`close_episode` fills its targets by the recursion above (from the
+  values recorded while acting, rho = 1: Algorithm 2);
+* when step t is sampled, the update recomputes v_t and rho_t with the current network and
+  V^tbc_t from the stored V^tbc_{t+1}, and :func:`propagate` carries the change back to every
+  earlier step of the episode (Algorithm 3): the recursion is linear in V^tbc, so a change
+  delta at t changes V^tbc_j, j < t, by delta * prod_{i=j}^{t-1} gamma rhobar_i. The product is
+  cut once every sample's factor is below ``tol`` (changes 1000x smaller than the refreshed
+  one), which bounds the cost for long episodes.
+
+The same recursion over a whole window is ``offpolicy.returns.v_tbc`` (tested equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpolicy.replay.storage import ReplayBuffer
+
+
+@dataclass(frozen=True)
+class StoredReturn:
+    """What an agent declares (as ``agent.stored_return``) to have targets kept in replay."""
+
+    gamma: float
+    target: str = "v_tbc"  # write-back field: the stored target V^tbc_t
+    value: str = "v"  # write-back field: the latest V(s_t) (NaN until first refreshed)
+    behaviour_value: str = "value"  # behaviour field: V(s_t) when the step was taken
+    rho: str = "rho"  # write-back field: the latest importance weight
+    next_target: str = "next_v_tbc"  # batch key: the stored target of step t + 1
+
+    @property
+    def reward_unit_fields(self) -> tuple[str, ...]:
+        """Fields in reward units (rescaled when the reward scale changes: ReF-ER App. B)."""
+        return (self.target, self.value, self.behaviour_value)
+
+
+def _values(replay: ReplayBuffer, spec: StoredReturn, slots: np.ndarray) -> np.ndarray:
+    v = replay.extras[spec.value][slots].astype(np.float64)
+    return np.where(np.isnan(v), replay.extras[spec.behaviour_value][slots], v)
+
+
+def episode_slots(replay: ReplayBuffer, first: int, last: int) -> np.ndarray:
+    n = (last - first) % replay.stream_capacity + 1
+    return replay._offset(np.asarray(first), np.arange(n))
+
+
+def close_episode(replay: ReplayBuffer, spec: StoredReturn, first: int, last: int,
+                  reward_scale: float = 1.0) -> None:
+    """Fill V^tbc for the finished episode ``first..last`` by the backward recursion (Eq. 8),
+    from the stored values and weights. After the last step: 0 if terminated, else the last
+    stored value (V(s_T) is refreshed with the network when the last step is sampled)."""
+    slots = episode_slots(replay, first, last)
+    v = _values(replay, spec, slots)
+    rbar = np.minimum(1.0, replay.extras[spec.rho][slots].astype(np.float64))
+    r = replay.reward[slots].astype(np.float64) * reward_scale
+    nxt = 0.0 if replay.terminated[last] else float(v[-1])
+    out = np.empty(len(slots))
+    g = spec.gamma
+    for i in range(len(slots) - 1, -1, -1):
+        nxt = v[i] + rbar[i] * (r[i] + g * nxt - v[i])
+        out[i] = nxt
+    replay.extras[spec.target][slots] = out
+
+
+def next_targets(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray) -> np.ndarray:
+    """The stored target of the step after each ``idx`` in its episode; NaN at the episode's
+    last step (the update bootstraps from V(s_{t+1}) there)."""
+    nxt = replay._next(np.asarray(idx, np.int64).copy())
+    last = replay.terminated[idx] | replay.truncated[idx]
+    out = replay.extras[spec.target][nxt].astype(np.float32)
+    out[last] = np.nan
+    return out
+
+
+def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: np.ndarray,
+              tol: float = 1e-3, chunk: int = 128) -> None:
+    """Add delta_t * prod_{i=j}^{t-1} gamma min(1, rho_i) to the stored target of every step j
+    before t in t's episode, for each refreshed step t = ``idx`` (Algorithm 3)."""
+    idx = np.asarray(idx, np.int64)
+    delta = np.asarray(delta, np.float64)
+    ok = np.isfinite(delta) & (delta != 0) & replay.valid[idx]
+    idx, first = np.unique(idx[ok], return_index=True)
+    if idx.size == 0:
+        return
+    delta = delta[ok][first]
+    before = (idx - replay.episode_first_slots(idx)) % replay.stream_capacity  # earlier steps
+    target, rho = replay.extras[spec.target], replay.extras[spec.rho]
+    coef = np.ones(idx.size)
+    start = 1
+    while start <= before.max():
+        offs = np.arange(start, min(start + chunk, before.max() + 1))
+        slots = replay._offset(idx[:, None], -offs[None, :])
+        inside = offs[None, :] <= before[:, None]
+        g = np.where(inside, spec.gamma * np.minimum(1.0, rho[slots]), 0.0)
+        c = coef[:, None] * np.cumprod(g, axis=1)
+        np.add.at(target, slots[inside], (c * delta[:, None])[inside])
+        coef = c[:, -1]
+        if (np.abs(coef) < tol).all():
+            break
+        start = offs[-1] + 1

@@ -1,0 +1,229 @@
+"""ReF-ER (replay/refer.py), the stored V^tbc targets (replay/stored_returns.py), the replay's
+running far-policy count and whole-episode forgetting, Rule 1 in DDPG, NAF's quadratic Q."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offpolicy import registry
+from offpolicy.agents.naf import advantage
+from offpolicy.envs.spaces import ActionSpec
+from offpolicy.replay import refer, stored_returns
+from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.returns import v_tbc
+
+GAMMA = 0.9
+
+
+# ---------------------------------------------------------------------- Eq. 12 and 13
+def test_beta_fixed_points_and_c_max_schedule():
+    beta = jnp.asarray(0.5)
+    for _ in range(5000):
+        beta = refer.update_beta(beta, jnp.asarray(0.3), 0.1, 1e-2)  # too many far samples
+    assert float(beta) < 1e-10
+    for _ in range(5000):
+        beta = refer.update_beta(beta, jnp.asarray(0.05), 0.1, 1e-2)
+    assert abs(float(beta) - 1.0) < 1e-5  # float32
+    assert float(refer.c_max(jnp.asarray(0), 4.0, 5e-7)) == pytest.approx(5.0)
+    assert float(refer.c_max(jnp.asarray(2_000_000), 4.0, 5e-7)) == pytest.approx(3.0)
+    rho = jnp.asarray([0.1, 0.21, 1.0, 4.9, 5.0, 7.0])
+    np.testing.assert_array_equal(refer.near_policy(rho, jnp.asarray(5.0)), [0, 1, 1, 1, 0, 0])
+
+
+def test_far_fraction_settles_near_target():
+    """A memory whose new samples are far-policy with probability growing with beta (a policy
+    free to move drifts from its behaviours): Eq. 12 drives the far fraction of the memory,
+    counted from the stored flags, to D."""
+    rng = np.random.default_rng(0)
+    n, target = 2000, 0.1
+    flags = np.zeros(n)
+    beta, fractions = 1.0, []
+    for k in range(40_000):
+        flags[k % n] = rng.random() < 0.3 * beta  # the refreshed sample's far flag
+        frac = flags.mean()
+        beta = float(refer.update_beta(jnp.asarray(beta), jnp.asarray(frac), target, 1e-3))
+        fractions.append(frac)
+    assert abs(np.mean(fractions[-10_000:]) - target) < 0.02
+
+
+# ---------------------------------------------------------------------- replay bookkeeping
+def test_counted_field_matches_a_scan_through_writes_and_wraparound():
+    rng = np.random.default_rng(1)
+    buf = ReplayBuffer(50, (2,), 1, {"far": ((), np.float32, 0.0)}, counted=("far",),
+                       forget_whole_episodes=True)
+    buf.start_episode(np.zeros(2))
+    for t in range(400):
+        end = rng.random() < 0.1
+        buf.add(rng.normal(size=1), 0.0, end, False, rng.normal(size=2))
+        if end:
+            buf.start_episode(rng.normal(size=2))
+        if t % 3 == 0 and len(buf):
+            idx = buf.sample_indices(8)
+            buf.write(idx, {"far": (rng.random(8) < 0.5).astype(np.float32)})
+        assert buf.count("far") == pytest.approx(buf.extras["far"][buf.valid].sum())
+
+
+def test_whole_episodes_leave_oldest_first():
+    buf = ReplayBuffer(12, (1,), 1, forget_whole_episodes=True)
+    ep = 0
+    buf.start_episode(np.array([0.0]))
+    for t in range(40):
+        end = t % 4 == 3
+        buf.add([0.0], float(ep), end, False, np.array([t + 1.0]))
+        if end:
+            ep += 1
+            buf.start_episode(np.array([t + 1.0]))
+        kept = buf.reward[buf.valid]
+        for e in np.unique(kept):  # every stored episode is whole: 4 steps, or the open one
+            assert (kept == e).sum() == 4 or e == ep, (t, kept)
+    firsts = buf.episode_first_slots(np.flatnonzero(buf.valid))
+    assert (buf.reward[firsts] == buf.reward[np.flatnonzero(buf.valid)]).all()
+
+
+# ---------------------------------------------------------------------- V^tbc store
+def _episode(rng, n, terminated):
+    spec = stored_returns.StoredReturn(GAMMA)
+    fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
+              "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
+    buf = ReplayBuffer(64, (1,), 1, fields, forget_whole_episodes=True)
+    buf.start_episode(np.zeros(1))
+    for t in range(n):
+        last = t == n - 1
+        buf.add([0.0], rng.normal(), last and terminated, last and not terminated,
+                np.zeros(1), value=rng.normal())
+    (first, last), = buf.take_closed_episodes()
+    return spec, buf, first, last
+
+
+def _reference(buf, slots, terminated):
+    v = np.where(np.isnan(buf.extras["v"][slots]), buf.extras["value"][slots],
+                 buf.extras["v"][slots])
+    rho = buf.extras["rho"][slots]
+    nxt = 0.0 if terminated else v[-1]
+    out = np.zeros(len(slots))
+    for i in reversed(range(len(slots))):  # Eq. 8, a plain loop
+        nxt = v[i] + min(1.0, rho[i]) * (buf.reward[slots[i]] + GAMMA * nxt - v[i])
+        out[i] = nxt
+    return out, v, rho
+
+
+@pytest.mark.parametrize("terminated", [True, False])
+def test_close_episode_is_the_v_tbc_recursion(terminated):
+    spec, buf, first, last = _episode(np.random.default_rng(2), 9, terminated)
+    buf.extras["rho"][:9] = np.random.default_rng(3).uniform(0.2, 2.0, 9)
+    stored_returns.close_episode(buf, spec, first, last)
+    slots = stored_returns.episode_slots(buf, first, last)
+    want, v, rho = _reference(buf, slots, terminated)
+    np.testing.assert_allclose(buf.extras["v_tbc"][slots], want, rtol=1e-5, atol=1e-5)
+    # the same recursion as returns.v_tbc over the whole episode as one window
+    disc = GAMMA * (1.0 - buf.terminated[slots])
+    got = v_tbc(buf.reward[slots][:, None], disc[:, None], v[:, None],
+                np.full((9, 1), v[-1], np.float32), rho[:, None])
+    np.testing.assert_allclose(np.asarray(got)[:, 0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("terminated", [True, False])
+def test_refresh_then_propagate_equals_recomputing_the_episode(terminated):
+    rng = np.random.default_rng(4)
+    spec, buf, first, last = _episode(rng, 12, terminated)
+    stored_returns.close_episode(buf, spec, first, last)
+    slots = stored_returns.episode_slots(buf, first, last)
+    for t in (7, 3, 11):  # sampled steps: new v_t, rho_t, then Eq. 8 at t and propagation
+        s = slots[t]
+        buf.extras["v"][s], buf.extras["rho"][s] = rng.normal(), rng.uniform(0.3, 1.7)
+        nxt = stored_returns.next_targets(buf, spec, np.array([s]))[0]
+        if np.isnan(nxt):
+            nxt = 0.0 if terminated else buf.extras["v"][s] * 0 + _reference(buf, slots,
+                                                                             False)[1][-1]
+        new = buf.extras["v"][s] + min(1.0, buf.extras["rho"][s]) * (
+            buf.reward[s] + GAMMA * nxt - buf.extras["v"][s])
+        delta = new - buf.extras["v_tbc"][s]
+        buf.extras["v_tbc"][s] = new
+        stored_returns.propagate(buf, spec, np.array([s]), np.array([delta]), tol=0.0)
+        want = _reference(buf, slots, terminated)[0]
+        np.testing.assert_allclose(buf.extras["v_tbc"][slots][:t + 1], want[:t + 1],
+                                   rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------- Rule 1 in DDPG
+def _ddpg(kind):
+    run = registry.resolve("ddpg", train_overrides={"replay": kind},
+                           agent_overrides={"hidden": (16, 16)})
+    return registry.build_agent(run, (3,), ActionSpec.continuous(-np.ones(2), np.ones(2)))
+
+
+def _batch(agent, state, far_rows):
+    rng = np.random.default_rng(5)
+    obs = rng.normal(size=(8, 3)).astype(np.float32)
+    mean = np.asarray(agent.mu(state["params"], obs))
+    behaviour = mean.copy()
+    behaviour[far_rows] += 1.5  # far from the current policy: rho outside (1/c_max, c_max)
+    return {"obs": obs, "action": (mean + 0.05).astype(np.float32),
+            "reward": rng.normal(size=8).astype(np.float32),
+            "next_obs": rng.normal(size=(8, 3)).astype(np.float32),
+            "discount": np.ones(8, np.float32), "mean": behaviour.astype(np.float32),
+            "far_fraction": np.float32(0.05)}
+
+
+def test_rule1_zeroes_exactly_the_far_policy_samples():
+    agent = _ddpg("refer1")
+    state = agent.init(jax.random.PRNGKey(0))
+    far_rows = [1, 4]
+    b = _batch(agent, state, far_rows)
+    _, _, wb = agent.update(state, b, jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(np.asarray(wb["far"]), np.isin(np.arange(8), far_rows))
+    # far samples' data do not reach the update: change their rewards and states' targets
+    b2 = dict(b, reward=b["reward"].copy(), next_obs=b["next_obs"].copy())
+    b2["reward"][far_rows] += 100.0
+    b2["next_obs"][far_rows] += 3.0
+    new1, _, _ = agent.update(state, b, jax.random.PRNGKey(1))
+    new2, _, _ = agent.update(state, b2, jax.random.PRNGKey(1))
+    for x, y in zip(jax.tree_util.tree_leaves(new1["params"]),
+                    jax.tree_util.tree_leaves(new2["params"])):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+    # ... whereas plain ER uses them
+    er = _ddpg("er")
+    n1, _, _ = er.update(state, b, jax.random.PRNGKey(1))
+    n2, _, _ = er.update(state, b2, jax.random.PRNGKey(1))
+    assert any(not np.allclose(x, y) for x, y in zip(
+        jax.tree_util.tree_leaves(n1["params"]), jax.tree_util.tree_leaves(n2["params"])))
+
+
+def test_rule2_penalty_pulls_the_actor_towards_behaviour():
+    agent = _ddpg("refer2")
+    state = agent.init(jax.random.PRNGKey(0))
+    state["refer"]["beta"] = jnp.asarray(0.0)  # penalty only
+    b = _batch(agent, state, [0, 1, 2, 3, 4, 5, 6, 7])
+    p = state["params"]
+    ap = {k: p[k] for k in agent.actor_keys}
+    g = jax.grad(agent.actor_loss)(ap, p, b["obs"], 1.0, 0.0, b["mean"])
+    eps = 1e-3  # a small step down the gradient lowers the KL to the behaviour means
+    ap2 = jax.tree_util.tree_map(lambda x, d: x - eps * d, ap, g)
+    kl = lambda q: float(jnp.mean(agent.kl(b["mean"], agent.mu({**p, **q}, b["obs"]))))  # noqa
+    assert kl(ap2) < kl(ap)
+
+
+# ---------------------------------------------------------------------- NAF
+def test_naf_q_is_maximised_at_the_mean_and_p_is_positive_definite():
+    run = registry.resolve("naf", agent_overrides={"hidden": (16, 16), "activation": "tanh"})
+    agent = registry.build_agent(run, (4,), ActionSpec.continuous(-np.ones(3), np.ones(3)))
+    state = agent.init(jax.random.PRNGKey(0))
+    # larger output weights so that L is far from its near-zero initialisation
+    params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state["params"])
+    obs = np.random.default_rng(6).normal(size=(5, 4)).astype(np.float32)
+    value, mean, lower = agent.net.apply({"params": params}, obs)
+    low = np.asarray(lower, np.float64)
+    assert (np.diagonal(low, axis1=1, axis2=2) > 0).all() and np.allclose(low, np.tril(low))
+    p = low @ np.swapaxes(low, 1, 2)
+    assert (np.linalg.eigvalsh(p) > 0).all()
+    np.testing.assert_allclose(np.asarray(agent.q(params, obs, mean)), np.asarray(value),
+                               rtol=1e-6, atol=1e-6)
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        a = rng.uniform(-1, 1, (5, 3)).astype(np.float32)
+        assert (np.asarray(agent.q(params, obs, a)) <= np.asarray(value) + 1e-6).all()
+    a = rng.uniform(-1, 1, (5, 3))
+    want = -0.5 * np.einsum("bi,bij,bj->b", a - mean, p, a - mean)
+    np.testing.assert_allclose(np.asarray(advantage(mean, lower, a)), want, rtol=1e-4,
+                               atol=1e-5)

@@ -40,23 +40,28 @@ SUITES = {
     # the issues' 20k-step Pendulum acceptance runs (use --env Pendulum-v1 --steps 20000)
     "pendulum": ["ddpg", "ace", "ace-alt", "tm-ace", "ensemble-ddpg"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
-    "refer": ["ddpg", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
+    "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er"],
-    # the ReF-ER issue's acceptance runs (Pendulum-v1 30k: naf, ddpg-refer; see --env)
+    # the ReF-ER issue's acceptance runs: --env Pendulum-v1 --steps 30000 (naf, ddpg-refer)
+    # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
+    "refer-vracer": ["vracer"],
 }
 
 # train.csv diagnostics plotted (log scale) and averaged per entry for these suites
 SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
-                 "refer-pendulum": ["kl_mu_pi", "far_policy_fraction"]}
+                 "refer-pendulum": ["kl_mu_pi", "far_policy_fraction"],
+                 "refer-vracer": ["kl_mu_pi", "far_policy_fraction"]}
 
 
 # entries that are one of our algorithms with extra flags: (algorithm, flags)
 VARIANTS = {
     # the peers' learning rate (1e-3 for the actor too): like for like with SB3/SBX
     "ddpg-lr1e-3": ("ddpg", ["--ddpg.actor-lr", "1e-3"]),
-    # ReF-ER's comparison: the same DDPG (ACE-paper networks) with each replay
-    "ddpg-per": ("ddpg", ["--replay", "per"]),
+    # ReF-ER's comparison: the same DDPG (ACE-paper networks) with each replay; ER and PER
+    # measure the KL and far-policy fraction too (--replay-diagnostics)
+    "ddpg-er": ("ddpg", ["--replay-diagnostics"]),
+    "ddpg-per": ("ddpg", ["--replay", "per", "--replay-diagnostics"]),
     "ddpg-refer": ("ddpg", ["--replay", "refer"]),
     "ddpg-refer1": ("ddpg", ["--replay", "refer1"]),
     "ddpg-refer2": ("ddpg", ["--replay", "refer2"]),
@@ -129,10 +134,12 @@ def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_py
 
 
 def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
-           steps: int | None = None) -> str:
+           steps: int | None = None, name: str | None = None) -> str:
     """Rewrite the suite's table, curves and CSV. With ``steps``, the table and the curves use
     the finished runs only (a run in progress would cut its row back to the step it reached)
-    and the runs in progress are listed under the table; the CSV always has every evaluation."""
+    and the runs in progress are listed under the table; the CSV always has every evaluation.
+    ``name``: the files' stem (default: the suite)."""
+    name = name or suite
     import numpy as np
 
     from offpolicy.errors import OffpolicyError
@@ -151,7 +158,7 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
             groups[entry] = dirs
     if not groups:
         return "no finished evaluations yet"
-    with open(out_dir / f"learning_{suite}.csv", "w", newline="") as f:
+    with open(out_dir / f"learning_{name}.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["entry", "seed", "step", "return_mean", "return_se", "episodes"])
         for entry, dirs in groups.items():
@@ -160,6 +167,17 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                 for i in range(len(e["step"])):
                     w.writerow([entry, d.name[1:], int(e["step"][i]), e["return_mean"][i],
                                 e["return_se"][i], int(e["episodes"][i])])
+    metrics = SUITE_METRICS.get(suite, [])
+    if metrics:  # the diagnostics too, so that a later session can rebuild finished runs
+        with open(out_dir / f"learning_{name}_train.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["entry", "seed", "step", *metrics])
+            for entry, dirs in groups.items():
+                for d in dirs:
+                    cols = [read_metric(d, m) for m in metrics]
+                    for i in range(len(cols[0]["step"])):
+                        w.writerow([entry, d.name[1:], int(cols[0]["step"][i]),
+                                    *(c["return_mean"][i] for c in cols)])
     running = []
     if steps is not None:
         done: dict[str, list[Path]] = {}
@@ -170,20 +188,20 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                 else:
                     running.append(f"{e} {d.name} at step {int(read_eval(d)['step'][-1])}")
         groups = done
-    plot_groups(groups, out_dir / f"learning_{suite}.png", f"{env}: mean over seeds +- s.e.")
+    plot_groups(groups, out_dir / f"learning_{name}.png", f"{env}: mean over seeds +- s.e.")
     metric_text = ""
     for metric in SUITE_METRICS.get(suite, []):
-        plot_groups(groups, out_dir / f"learning_{suite}_{metric}.png",
+        plot_groups(groups, out_dir / f"learning_{name}_{metric}.png",
                     f"{env}: {metric}, mean over seeds +- s.e.", metric=metric, log=True)
         means = {e: float(np.mean([np.mean(read_metric(d, metric)["return_mean"])
                                    for d in dirs])) for e, dirs in groups.items()}
         metric_text += (f"\nMean `{metric}` over each run's training (train.csv), mean over "
-                        f"runs (plot: learning_{suite}_{metric}.png): "
+                        f"runs (plot: learning_{name}_{metric}.png): "
                         + ", ".join(f"{e} {v:.4g}" for e, v in means.items()) + ".\n")
-        for algo in ("ddpg", "naf"):
-            if metric == "kl_mu_pi" and algo in means and f"{algo}-refer" in means:
-                metric_text += (f"Ratio of ReF-ER's to ER's mean KL for {algo}: "
-                                f"{means[algo + '-refer'] / means[algo]:.3g}.\n")
+        for er, ref in (("ddpg-er", "ddpg-refer"), ("naf", "naf-refer")):
+            if metric == "kl_mu_pi" and er in means and ref in means:
+                metric_text += (f"Ratio of ReF-ER's to ER's mean KL ({ref} / {er}): "
+                                f"{means[ref] / means[er]:.3g}.\n")
     text = (f"# Learning benchmark: {suite} on {env}\n\nCommand: `{command}`\n\n"
             "Protocol: evaluation every 10 000 steps, 20 deterministic episodes on a separate "
             "env; best and final evaluation per run, mean +- standard error over runs. "
@@ -193,8 +211,49 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
     if running:
         text += ("\nIn progress (not in the table or the curves): " + ", ".join(running)
                  + ".\n")
-    (out_dir / f"learning_{suite}.md").write_text(text)
+    (out_dir / f"learning_{name}.md").write_text(text)
     return text
+
+
+def restore_finished(name: str, root: Path, out_dir: Path, steps: int) -> list[str]:
+    """Rebuild, from the committed CSVs of ``out_dir``, the run directories (eval.csv, and
+    train.csv with the suite's diagnostics) of runs that reached ``steps`` but are not on this
+    machine: run directories are not committed, the CSVs are, so a benchmark that takes
+    several sessions resumes where the last one stopped."""
+    evals, trains = out_dir / f"learning_{name}.csv", out_dir / f"learning_{name}_train.csv"
+    if not evals.exists():
+        return []
+    with open(evals, newline="") as f:
+        rows = list(csv.DictReader(f))
+    train_rows = []
+    if trains.exists():
+        with open(trains, newline="") as f:
+            train_rows = list(csv.DictReader(f))
+    restored = []
+    for entry, seed in sorted({(r["entry"], r["seed"]) for r in rows}):
+        run = [r for r in rows if r["entry"] == entry and r["seed"] == seed]
+        run_dir = root / entry / f"s{seed}"
+        if max(int(r["step"]) for r in run) < steps or (run_dir / "eval.csv").exists():
+            continue
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / "eval.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["step", "return_mean", "return_std", "return_se", "episodes",
+                        "wall_time"])
+            for r in run:
+                n = int(r["episodes"])
+                std = float(r["return_se"]) * n**0.5
+                w.writerow([r["step"], r["return_mean"], std, r["return_se"], n, ""])
+        mine = [r for r in train_rows if r["entry"] == entry and r["seed"] == seed]
+        if mine:
+            with open(run_dir / "train.csv", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=[k for k in mine[0] if k not in ("entry",
+                                                                                  "seed")])
+                w.writeheader()
+                for r in mine:
+                    w.writerow({k: v for k, v in r.items() if k not in ("entry", "seed")})
+        restored.append(f"{entry} s{seed}")
+    return restored
 
 
 def main() -> int:
@@ -211,11 +270,16 @@ def main() -> int:
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args()
     entries = a.entries or SUITES[a.suite]
-    root = a.runs_root / a.suite
+    # one matrix per (suite, env): HalfCheetah-v5 keeps the suite's plain name
+    name = a.suite if a.env == "HalfCheetah-v5" else f"{a.suite}_{a.env.replace('/', '_')}"
+    root = a.runs_root / name
     a.out_dir.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/learning.py " + " ".join(sys.argv[1:])
+    restored = restore_finished(name, root, a.out_dir, a.steps)
+    if restored:
+        print(f"restored from {a.out_dir}: {', '.join(restored)}", file=sys.stderr)
     if not a.report_only:
-        with open(a.out_dir / f"learning_{a.suite}.log", "a") as log:
+        with open(a.out_dir / f"learning_{name}.log", "a") as log:
             for seed in a.seeds:
                 for entry in entries:
                     run_dir = root / entry / f"s{seed}"
@@ -225,8 +289,8 @@ def main() -> int:
                         run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log)
                     finally:
                         release(run_dir)
-                    report(a.suite, root, a.out_dir, command, a.env, a.steps)
-    print(report(a.suite, root, a.out_dir, command, a.env, a.steps))
+                    report(a.suite, root, a.out_dir, command, a.env, a.steps, name)
+    print(report(a.suite, root, a.out_dir, command, a.env, a.steps, name))
     print(json.dumps({"runs_root": str(root)}))
     return 0
 

@@ -45,6 +45,13 @@ ENTRIES = {
     "ours-ace-5-1": ("ours", "ace", {"num_actors": 5, "plan_depth": 1}),
     "ours-ace-10-1": ("ours", "ace", {"num_actors": 10, "plan_depth": 1}),
     "ours-ace-5-2": ("ours", "ace", {"num_actors": 5, "plan_depth": 2}),
+    # ReF-ER's bookkeeping (rho refresh, far-policy count, write-back) on the same DDPG
+    "ours-ddpg-refer": ("ours", "ddpg", {".replay": "refer"}),
+    # V-RACER with DDPG's networks and batch (one 400-300 tanh network, batch 64), and as
+    # the paper runs it (128-128 softsign, batch 256)
+    "ours-vracer-ddpg-nets": ("ours", "vracer", {"hidden": (400, 300), "activation": "tanh",
+                                                 ".batch-size": 64}),
+    "ours-vracer": ("ours", "vracer", {}),
 }
 # the runtime's two acting modes: K = 4 env copies, and the pipelined loop
 MODES = {"envs4": {".num-envs": 4}, "pipeline": {".pipeline": True}}
@@ -53,7 +60,8 @@ for _name, (_kind, _algo, _over) in list(ENTRIES.items()):
         for _mode, _flags in MODES.items():
             if _mode == "envs4" and _algo != "ddpg":
                 continue
-            ENTRIES[f"{_name}-{_mode}"] = (_kind, _algo, {**_over, **_flags})
+            if _algo in ("ddpg", "ace") and "." + "replay" not in _over:
+                ENTRIES[f"{_name}-{_mode}"] = (_kind, _algo, {**_over, **_flags})
 BASE = ["ours-ddpg", "ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2"]
 OURS = [name for name, (kind, _, _) in ENTRIES.items() if kind == "ours"]
 # the same configurations without our XLA:CPU flags (offpolicy/jax_setup.py): an ablation
@@ -67,6 +75,7 @@ SUITES = {
             "ours-ace-10-1", "ours-ace-5-2"],
     "xla": [n for pair in ABLATIONS.items() for n in pair[::-1]],
     "ours": OURS,  # no peers, e.g. on a GPU machine without the peers' venv
+    "refer": ["ours-ddpg", "ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"],
 }
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
@@ -88,7 +97,10 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
         for k, v in over.items():
             flag = (f"--{k[1:]}" if k.startswith(".")
                     else f"--{algo}.{k.replace('_', '-')}")
-            cmd += [flag] if v is True else [flag, str(v)]
+            if v is True:
+                cmd += [flag]
+            else:
+                cmd += [flag, *map(str, v)] if isinstance(v, tuple) else [flag, str(v)]
     else:
         cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--env",
                ENV_ID, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
@@ -186,6 +198,12 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                 lines.append(f"- {peer}, paired per round: "
                              + ", ".join(f"{x:.2f}" for x in pairs)
                              + f" (median {np.median(pairs):.2f}x)")
+    for mine in ("ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"):
+        pairs = paired_ratios(by, mine, "ours-ddpg", "env_steps_per_s")
+        if pairs:
+            lines += ["", f"{mine} over ours-ddpg (--replay er), env steps/s paired per round: "
+                      + ", ".join(f"{x:.2f}" for x in pairs)
+                      + f" (median {np.median(pairs):.2f}x; ReF-ER's bound: >= 0.85x)"]
     for r in rows:  # the peers report their library versions; ours is in the jax column
         v = json.loads(r["versions"]) if r.get("versions") else ""
         while isinstance(v, str) and v:

@@ -263,10 +263,10 @@ def cmd_list(argv: list[str]) -> int:
     _Parser(prog="offpolicy list", description="algorithms, action kinds, presets").parse_args(
         argv)
     print(f"{'algorithm':<15}{'section':<9}{'action kinds':<20}{'presets':<24}"
-          f"{'--replay':<26}description")
+          f"{'--replay':<28}description")
     for a in registry.ALGORITHMS.values():
         print(f"{a.name:<15}{a.section:<9}{','.join(a.action_kinds):<20}"
-              f"{','.join(a.presets):<24}{','.join(a.replays):<26}{a.description}")
+              f"{','.join(a.presets):<24}{','.join(a.replays):<28}{a.description}")
     return 0
 
 

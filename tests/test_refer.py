@@ -227,3 +227,28 @@ def test_naf_q_is_maximised_at_the_mean_and_p_is_positive_definite():
     want = -0.5 * np.einsum("bi,bij,bj->b", a - mean, p, a - mean)
     np.testing.assert_allclose(np.asarray(advantage(mean, lower, a)), want, rtol=1e-4,
                                atol=1e-5)
+
+
+# ---------------------------------------------------------------------- runs end to end
+@pytest.mark.parametrize("algo,replay", [("ddpg", "per"), ("vracer", "refer"),
+                                         ("naf", "refer2")])
+def test_replay_choices_run_and_write_back(tmp_path, algo, replay):
+    from offpolicy.training.run import Run
+
+    section = {"hidden": (8, 8)}
+    run = registry.resolve(algo, train_overrides={
+        "env": "Pendulum-v1", "steps": 600, "eval_every": 600, "eval_episodes": 1,
+        "quiet": True, "replay": replay, "batch_size": 32}, agent_overrides=section)
+    t = Run(run, tmp_path / algo)
+    t.train()
+    r = t.replay
+    if replay == "per":  # priorities moved off the initial maximum for sampled steps
+        prio = t.learner.per.state_arrays()
+        assert len(t.learner.per) == len(r) and t.learner.updates > 0
+        assert any(np.asarray(v).size for v in prio.values())
+    else:
+        assert r.count("far") == pytest.approx(r.extras["far"][r.valid].sum())
+        assert (r.extras["rho"][r.valid] != 1.0).any()  # refreshed by the updates
+    if algo == "vracer":  # finished episodes have targets, refreshed ones moved
+        assert np.isfinite(r.extras["v_tbc"][r.valid]).mean() > 0.5
+        assert np.isfinite(r.extras["v"][r.valid]).any()

@@ -25,33 +25,37 @@ maximum taken over the whole memory, i.e. at the least likely rank N. For the ra
 in (0, 1], equal to 1 at rank N. beta is annealed linearly from beta0 to 1 over ``beta_steps``
 (the step counter is the caller's: env steps or updates).
 
-Ranks between re-sorts (the approximation). Keeping exact ranks would need an order-statistics
-tree; the paper itself uses a binary heap as an approximately sorted array, re-sorted now and
-then. Here the ranking is:
+Ranks between re-sorts (the approximation). Exact ranks at every step would need an
+order-statistics tree; the paper's implementation (App. B.2.1) keeps a binary heap as an
+approximately sorted array and sorts it only now and then. Here the ranking is:
 
-* a *sorted block*: the transitions present at the last full re-sort, by decreasing priority
-  (``np.argsort``), redone every ``resort_every`` calls of :meth:`update` (amortised
-  O(N log N / resort_every) per update);
+* a *sorted block*: the transitions present at the last re-sort, by decreasing priority. The
+  re-sort runs every ``resort_every`` calls of :meth:`update`. The entries whose priority is
+  unchanged since the previous one are still in order, so only the K updated or new ones are
+  sorted (``np.argsort``) and merged in: O(N + K log K), amortised over ``resort_every``
+  updates;
 * ahead of it, a *fresh block*: transitions written since the last re-sort, newest first. They
   hold the maximal priority, so they rank ahead of everything sorted; newest first puts every
-  new transition at rank 1 on arrival, so it is replayed soon (ties among equal priorities may
-  be ranked in any order).
+  new transition at rank 1 on arrival, so that it is replayed soon (equal priorities may be
+  ranked in any order).
 
 A priority updated between re-sorts is stored at once but keeps its old rank until the next
 re-sort, as an entry keeps its heap position in the paper's implementation. A slot that is
 invalidated or overwritten leaves its entry *dead* in its block; ranks are over the live
 entries only (rank r maps to the r-th live entry through a binary search over the sorted dead
 positions), so an invalid slot is never returned and N is exactly the number of valid slots.
-Per :meth:`sample` call the dead positions cost O(D) vectorised work, D being the entries retired
-since the last re-sort (at most the slots written since then).
+Per :meth:`sample` call the dead entries cost O(D) vectorised work, D being the entries retired
+since the last re-sort (at most the slots written since then; a full fresh block is compacted).
 
 An update that reaches a slot overwritten after it was sampled (a write between
-:meth:`sample` and :meth:`update`) gives the new transition the old one's priority; the
-learner samples and updates within one env step, between writes, so this does not happen there.
+:meth:`sample` and :meth:`update`) gives the new transition the old one's priority until it is
+sampled again. The learner samples and updates between env steps; with pipelined acting one
+env step's writes fall in between, so at most that many transitions can be affected.
 
 Checkpoints: :meth:`state_arrays` / :meth:`load_arrays` give plain arrays for an npz file
-(no pickle). The RNG state, counters and layout travel as JSON bytes in the ``meta`` array.
-After :meth:`load_arrays` the next samples equal those the saved object would have drawn.
+(no pickle): the live entries of both blocks with their priorities, the slots updated since
+the last re-sort, and as JSON bytes in ``meta`` the counters and the RNG state. After
+:meth:`load_arrays` the samples equal those the saved object would have drawn.
 Restore it *after* ``ReplayBuffer.load``: the buffer's load reports every slot as rewritten,
 which would reset all priorities to the maximum.
 """
@@ -62,7 +66,7 @@ import json
 
 import numpy as np
 
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import NonFiniteError, OffpolicyError
 
 
 class RankPrioritized:
@@ -71,8 +75,8 @@ class RankPrioritized:
                  seed: int = 0):
         """``capacity``: slots of the replay buffer it follows (slot indices in [0, capacity)).
         ``alpha``: priority exponent; ``beta0``, ``beta_steps``: importance-weight exponent,
-        annealed linearly to 1; ``resort_every``: updates between full re-sorts; ``eps``: added
-        to |TD| so that no priority is 0."""
+        annealed linearly to 1; ``resort_every``: updates between re-sorts; ``eps``: added to
+        |TD| so that no priority is 0."""
         if capacity < 1:
             raise OffpolicyError(f"prioritized replay capacity must be >= 1, got {capacity}")
         if alpha < 0 or not 0 <= beta0 <= 1 or beta_steps < 1 or resort_every < 1:
@@ -87,6 +91,8 @@ class RankPrioritized:
         self.resort_every = int(resort_every)
         self.eps = float(eps)
         self.rng = np.random.Generator(np.random.PCG64(seed))
+        # slot and entry indices: 4 bytes each where they fit (half the memory and cache misses)
+        self.index_dtype = np.int32 if 2 * self.capacity < 2**31 else np.int64
         # cumulative[r] = sum_{k<=r} k^-alpha, cumulative[0] = 0: the rank law's CDF, unnormalised
         self.cumulative = np.zeros(self.capacity + 1)
         np.cumsum(np.arange(1, self.capacity + 1, dtype=np.float64) ** -self.alpha,
@@ -96,16 +102,17 @@ class RankPrioritized:
         self.valid = np.zeros(self.capacity, bool)
         self.num_valid = 0
         self.updates_since_resort = 0
+        self.touched = np.zeros(self.capacity, bool)  # priority updated since the last re-sort
         # sorted block: slots by decreasing priority at the last re-sort; a slot's live entry
         # is at sorted_pos[slot] (-1: none), any other entry holding that slot is dead
-        self.sorted_slots = np.zeros(0, np.int64)
-        self.sorted_pos = np.full(self.capacity, -1, np.int64)
+        self.sorted_slots = np.zeros(0, self.index_dtype)
+        self.sorted_pos = np.full(self.capacity, -1, self.index_dtype)
         # fresh block: slots written since the last re-sort in write order (ranked newest
         # first). Dead entries stay until the block fills; twice the capacity leaves room for
         # >= capacity writes after each compaction (live entries are distinct slots)
-        self.fresh_slots = np.zeros(2 * self.capacity, np.int64)
+        self.fresh_slots = np.zeros(2 * self.capacity, self.index_dtype)
         self.num_fresh = 0
-        self.fresh_pos = np.full(self.capacity, -1, np.int64)
+        self.fresh_pos = np.full(self.capacity, -1, self.index_dtype)
         # indices of dead entries within each block, ascending
         self.dead_sorted = np.zeros(0, np.int64)
         self.dead_fresh = np.zeros(0, np.int64)
@@ -158,29 +165,41 @@ class RankPrioritized:
         self.dead_fresh = np.zeros(0, np.int64)
 
     def update(self, slots: np.ndarray, td_abs: np.ndarray) -> None:
-        """New priorities |TD| + eps of sampled ``slots`` (duplicates: the last one counts).
-        Ranks follow at the next re-sort, every ``resort_every`` updates. Slots that no longer
-        hold a transition are skipped."""
+        """New priorities |TD| + eps of sampled ``slots`` (a slot drawn twice has the same TD
+        error both times). Ranks follow at the next re-sort, every ``resort_every`` updates.
+        Slots that no longer hold a transition are skipped."""
         slots = np.asarray(slots, np.int64).ravel()
         prio = np.abs(np.asarray(td_abs, np.float64).ravel()) + self.eps
         if slots.shape != prio.shape:
             raise OffpolicyError(f"prioritized replay update: {slots.size} slots but "
                                  f"{prio.size} TD errors")
         if not np.isfinite(prio).all():
-            raise OffpolicyError("prioritized replay update: non-finite TD error")
+            raise NonFiniteError("prioritized replay update: non-finite TD error")
         keep = self.valid[slots]
         if keep.any():
             self.priority[slots[keep]] = prio[keep]
+            self.touched[slots[keep]] = True
             self.max_priority = max(self.max_priority, float(prio[keep].max()))
         self.updates_since_resort += 1
         if self.updates_since_resort >= self.resort_every:
             self.resort()
 
     def resort(self) -> None:
-        """Rank every valid slot by its current priority (stable: ties by slot index); the
-        fresh block and all dead entries go."""
-        live = np.flatnonzero(self.valid)
-        self.sorted_slots = live[np.argsort(-self.priority[live], kind="stable")]
+        """Rank every valid slot by its current priority; the fresh block and all dead entries
+        go. The sorted block's live entries whose priority has not changed are still in order:
+        only the others are sorted, and merged in (ahead of equal priorities)."""
+        kept = self._live_sorted()
+        kept = kept[~self.touched[kept]]
+        moved = np.flatnonzero(self.valid & (self.touched | (self.sorted_pos < 0)))
+        moved = moved[np.argsort(-self.priority[moved], kind="stable")]
+        at = (np.searchsorted(-self.priority[kept], -self.priority[moved], side="left")
+              + np.arange(moved.size))
+        self.sorted_slots = np.empty(kept.size + moved.size, self.index_dtype)
+        from_moved = np.zeros(self.sorted_slots.size, bool)
+        from_moved[at] = True
+        self.sorted_slots[at] = moved
+        self.sorted_slots[~from_moved] = kept
+        self.touched.fill(False)
         self.sorted_pos.fill(-1)
         self.sorted_pos[self.sorted_slots] = np.arange(self.sorted_slots.size)
         self.fresh_pos.fill(-1)
@@ -227,7 +246,7 @@ class RankPrioritized:
 
     def ranked_slots(self) -> np.ndarray:
         """The valid slots in rank order (rank 1 first): O(N), for inspection and tests."""
-        return np.concatenate([self._live_fresh()[::-1], self._live_sorted()])
+        return np.concatenate([self._live_fresh()[::-1], self._live_sorted()]).astype(np.int64)
 
     def _live_fresh(self) -> np.ndarray:
         """The slots of the fresh block's live entries, in write order."""
@@ -258,6 +277,7 @@ class RankPrioritized:
             "fresh_priority": self.priority[fresh],
             "sorted_slots": ranked,
             "sorted_priority": self.priority[ranked],
+            "touched_slots": np.flatnonzero(self.touched & self.valid),
             "meta": np.frombuffer(json.dumps(meta).encode(), np.uint8),
         }
 
@@ -269,6 +289,7 @@ class RankPrioritized:
             ranked = np.asarray(arrays["sorted_slots"], np.int64)
             fresh_prio = np.asarray(arrays["fresh_priority"], np.float64)
             sorted_prio = np.asarray(arrays["sorted_priority"], np.float64)
+            touched = np.asarray(arrays["touched_slots"], np.int64)
             capacity, rng_state = meta["capacity"], meta["rng"]
             max_priority = float(meta["max_priority"])
             updates_since_resort = int(meta["updates_since_resort"])
@@ -284,13 +305,21 @@ class RankPrioritized:
                 or (every.size and (every.min() < 0 or every.max() >= self.capacity))):
             raise OffpolicyError("corrupt prioritized replay state: slots out of range, "
                                  "repeated, or not matching their priorities")
+        self.valid.fill(False)
+        self.valid[every] = True
+        if touched.ndim != 1 or not self.valid[touched].all():
+            raise OffpolicyError("corrupt prioritized replay state: updated slots not held")
+        self.touched.fill(False)
+        self.touched[touched] = True
+        # the re-sort relies on the untouched part of the sorted block being in order
+        in_order = sorted_prio[~self.touched[ranked]]
+        if (np.diff(in_order) > 0).any():
+            raise OffpolicyError("corrupt prioritized replay state: ranks out of order")
         self.priority.fill(0.0)
         self.priority[fresh] = fresh_prio
         self.priority[ranked] = sorted_prio
-        self.valid.fill(False)
-        self.valid[every] = True
         self.num_valid = int(every.size)
-        self.sorted_slots = ranked.copy()
+        self.sorted_slots = ranked.astype(self.index_dtype)
         self.sorted_pos.fill(-1)
         self.sorted_pos[ranked] = np.arange(ranked.size)
         self.fresh_pos.fill(-1)

@@ -137,12 +137,6 @@ def rules(settings: ReplaySettings, state: dict, rho: jax.Array, far_fraction: j
     return weights, beta, new_state, cmax, 1.0 - near
 
 
-def masked_mean(x: jax.Array, weights: jax.Array) -> jax.Array:
-    """sum(w x) / B: Rule 1 zeroes far-policy samples' terms without renormalising (the
-    paper's g_hat averages over the whole minibatch, zeros included)."""
-    return jnp.mean(weights * x)
-
-
 def diagnostics(rho: jax.Array, kl: jax.Array, far: jax.Array, beta: jax.Array,
                 cmax: jax.Array, far_fraction: jax.Array) -> dict[str, jax.Array]:
     """The logged ReF-ER quantities (train.csv / TensorBoard; `offpolicy plot --metric`)."""

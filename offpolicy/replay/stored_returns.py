@@ -10,7 +10,8 @@ with V^tbc after the last step = 0 at termination and V(s_T) at truncation. So e
 its latest value estimate v_t, importance weight rho_t and target V^tbc_t:
 
 * when an episode ends, :func:`close_episode` fills its targets by the recursion above (from the
-  values recorded while acting, rho = 1: Algorithm 2);
+  values recorded while acting and the stored rho: 1, or a refreshed weight if a step was
+  sampled before its episode ended; Algorithm 2);
 * when step t is sampled, the update recomputes v_t and rho_t with the current network and
   V^tbc_t from the stored V^tbc_{t+1}, and :func:`propagate` carries the change back to every
   earlier step of the episode (Algorithm 3): the recursion is linear in V^tbc, so a change

@@ -293,9 +293,12 @@ class Learner:
     # ------------------------------------------------------------------ checkpoints
     def keys_state(self) -> dict:
         return {"update_key": key_to_list(self.update_key),
-                "act_key": key_to_list(self.act_key)}
+                "act_key": key_to_list(self.act_key), "updates": self.updates}
 
     def load_keys(self, d: dict) -> None:
+        # the update count drives App. B's schedule and PER's beta; PER's priorities are not
+        # checkpointed: on resume every stored step starts again at the maximum priority
+        self.updates = int(d.get("updates", 0))
         if "update_key" in d:
             self.update_key = jnp.asarray(np.asarray(d["update_key"], np.uint32))
             self.act_key = jnp.asarray(np.asarray(d["act_key"], np.uint32))

@@ -252,3 +252,25 @@ def test_replay_choices_run_and_write_back(tmp_path, algo, replay):
     if algo == "vracer":  # finished episodes have targets, refreshed ones moved
         assert np.isfinite(r.extras["v_tbc"][r.valid]).mean() > 0.5
         assert np.isfinite(r.extras["v"][r.valid]).any()
+
+
+def test_propagating_a_batch_equals_one_sample_at_a_time():
+    """Samples sharing an episode (and duplicates) in one batch: the same targets as
+    propagating their changes one by one."""
+    rng = np.random.default_rng(8)
+    spec, buf, first, last = _episode(rng, 30, True)
+    buf.extras["rho"][:30] = rng.uniform(0.5, 1.5, 30)
+    stored_returns.close_episode(buf, spec, first, last)
+    slots = stored_returns.episode_slots(buf, first, last)
+    idx = slots[[25, 10, 25, 3, 17]]
+    delta = rng.normal(size=5)
+    one_by_one = buf.extras["v_tbc"].copy()
+    for i in (0, 1, 3, 4):  # the duplicate (index 2) counts once, with its first delta
+        buf.extras["v_tbc"][:] = one_by_one
+        stored_returns.propagate(buf, spec, idx[i:i + 1], delta[i:i + 1], tol=0.0)
+        one_by_one = buf.extras["v_tbc"].copy()
+    stored_returns.close_episode(buf, spec, first, last)  # back to the closed targets
+    assert not np.allclose(buf.extras["v_tbc"][slots], one_by_one[slots])
+    stored_returns.propagate(buf, spec, idx, delta, tol=0.0)
+    np.testing.assert_allclose(buf.extras["v_tbc"][slots], one_by_one[slots], rtol=1e-5,
+                               atol=1e-5)

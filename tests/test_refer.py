@@ -274,3 +274,27 @@ def test_propagating_a_batch_equals_one_sample_at_a_time():
     stored_returns.propagate(buf, spec, idx, delta, tol=0.0)
     np.testing.assert_allclose(buf.extras["v_tbc"][slots], one_by_one[slots], rtol=1e-5,
                                atol=1e-5)
+
+
+def test_prioritized_ranking_travels_with_the_replay_file(tmp_path):
+    from offpolicy.replay.prioritized import RankPrioritized
+
+    def build():
+        buf = ReplayBuffer(64, (1,), 1, seed=3)
+        per = RankPrioritized(64, seed=4)
+        buf.listeners.append(per.on_write)
+        buf.attachments["per"] = per
+        return buf, per
+
+    buf, per = build()
+    buf.start_episode(np.zeros(1))
+    for t in range(40):
+        buf.add([0.0], 0.0, t % 10 == 9, False, np.ones(1) * t)
+        if t % 10 == 9:
+            buf.start_episode(np.zeros(1))
+    idx, _ = per.sample(8, 0)
+    per.update(idx, np.arange(8.0))
+    buf.save(tmp_path / "r.npz")
+    buf2, per2 = build()
+    buf2.load(tmp_path / "r.npz")
+    np.testing.assert_array_equal(per.sample(16, 5)[0], per2.sample(16, 5)[0])

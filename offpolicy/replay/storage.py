@@ -107,6 +107,9 @@ class ReplayBuffer:
         # callbacks(slots, valid) on every slot whose transition appears or disappears
         # (prioritized replay keeps its priorities in step with the buffer through them)
         self.listeners: list = []
+        # objects with state_arrays() / load_arrays(d) saved inside this buffer's file
+        # (prioritized replay's ranking), restored after the buffer itself
+        self.attachments: dict = {}
         # (first slot, last slot) of episodes finished since the last take_closed_episodes()
         self._closed: list[tuple[int, int]] = []
 
@@ -480,6 +483,8 @@ class ReplayBuffer:
             "closed": [[int(a), int(b)] for a, b in self._closed],
         }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+        for name, obj in self.attachments.items():
+            arrays.update({f"attached.{name}.{k}": v for k, v in obj.state_arrays().items()})
         return arrays
 
     def save(self, path: str | Path) -> None:
@@ -546,6 +551,12 @@ class ReplayBuffer:
         for f in self.listeners:
             every = np.arange(self.capacity)
             f(every, self.valid.copy())
+        for name, obj in self.attachments.items():
+            prefix = f"attached.{name}."
+            with np.load(path, allow_pickle=False) as z:
+                saved = {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
+            if saved:  # a file written without it: the listeners' fresh state stays
+                obj.load_arrays(saved)
 
     def _rebuild_starts(self) -> None:
         """Episode first slots, oldest first per ring: a valid slot whose predecessor in the

@@ -52,6 +52,7 @@ class Learner:
             self.per = RankPrioritized(replay.capacity, settings.per_alpha, settings.per_beta0,
                                        max(int(total_updates), 1), seed=seed + 8)
             replay.listeners.append(self.per.on_write)
+            replay.attachments["per"] = self.per
         # agents that store their behaviour policy get the memory's far-policy fraction
         self.far_fraction = FAR in agent.writeback_fields
         self.stored: stored_returns.StoredReturn | None = getattr(agent, "stored_return", None)
@@ -296,8 +297,8 @@ class Learner:
                 "act_key": key_to_list(self.act_key), "updates": self.updates}
 
     def load_keys(self, d: dict) -> None:
-        # the update count drives App. B's schedule and PER's beta; PER's priorities are not
-        # checkpointed: on resume every stored step starts again at the maximum priority
+        # the update count drives App. B's schedule and PER's beta (PER's ranking travels in
+        # the replay file)
         self.updates = int(d.get("updates", 0))
         if "update_key" in d:
             self.update_key = jnp.asarray(np.asarray(d["update_key"], np.uint32))

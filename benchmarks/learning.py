@@ -39,6 +39,9 @@ SUITES = {
                    "ddpg"],
     # the issues' 20k-step Pendulum acceptance runs (use --env Pendulum-v1 --steps 20000)
     "pendulum": ["ddpg", "ace", "ace-alt", "tm-ace", "ensemble-ddpg"],
+    # DDPG parity with SB3 (5 seeds; HalfCheetah-v5 and Hopper-v5) and the one-choice ablation
+    "ddpg-parity": ["ddpg", "ddpg-sb3", "sb3-ddpg", "sbx-ddpg", "ddpg-input1", "ddpg-torch-init",
+                    "ddpg-lr1e-3"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er"],
@@ -58,6 +61,9 @@ SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
 VARIANTS = {
     # the peers' learning rate (1e-3 for the actor too): like for like with SB3/SBX
     "ddpg-lr1e-3": ("ddpg", ["--ddpg.actor-lr", "1e-3"]),
+    "ddpg-sb3": ("ddpg", ["--preset", "sb3"]),
+    "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
+    "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     # ReF-ER's comparison: the same DDPG (ACE-paper networks) with each replay; ER and PER
     # measure the KL and far-policy fraction too (--replay-diagnostics)
     "ddpg-er": ("ddpg", ["--replay-diagnostics"]),

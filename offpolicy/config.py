@@ -17,6 +17,9 @@ from typing import Any
 
 from offpolicy.errors import OffpolicyError, did_you_mean
 
+# weight initialisations by name (offpolicy.networks.initializers)
+INIT_SCHEMES = ("orthogonal", "refer", "lillicrap", "torch", "flax")
+
 
 def _f(default: Any, help: str, *, gt: float | None = None, ge: float | None = None,
        le: float | None = None, lt: float | None = None, choices: tuple | None = None) -> Any:
@@ -112,9 +115,15 @@ class DDPGConfig(DeterministicActorCriticConfig):
 
     hidden: tuple[int, ...] = _f((400, 300), "hidden sizes of actor and critic")
     activation: str = _f("tanh", "hidden activation", choices=("tanh", "relu", "softsign"))
-    init: str = _f("orthogonal", "weight initialisation: orthogonal (ACE authors' DeepRL: gain "
-                   "1, outputs 1e-3) or refer (ReF-ER App. A: Glorot uniform, outputs "
-                   "U(+-0.1/sqrt(fan_in)))", choices=("orthogonal", "refer"))
+    init: str = _f(
+        "orthogonal", "weight initialisation: orthogonal (ACE authors' DeepRL: gain 1, outputs "
+        "1e-3), refer (ReF-ER App. A: Glorot uniform, outputs U(+-0.1/sqrt(fan_in))), "
+        "lillicrap (DDPG paper: U(+-1/sqrt(fan_in)), outputs U(+-3e-3)), torch (PyTorch's "
+        "default, SB3), flax (Flax's default, SBX)", choices=INIT_SCHEMES)
+    action_input_layer: int = _f(
+        2, "where the action enters the critic: 2 = with the first hidden layer's output "
+        "(Lillicrap et al., the ACE paper), 1 = with the state at the input (SB3, SBX)",
+        choices=(1, 2))
     shared_encoder: bool = _f(False, "actor and critic share the first layer (Shared-DDPG)")
     actor_trains_encoder: bool = _f(
         True, "with a shared encoder: the actor's gradient also trains it (authors' code)")
@@ -130,8 +139,7 @@ class NAFConfig:
     hidden: tuple[int, ...] = _f((128, 128), "hidden sizes of the one network")
     activation: str = _f("relu", "hidden activation (the paper: softsign, --preset paper)",
                          choices=("tanh", "relu", "softsign"))
-    init: str = _f("refer", "weight initialisation (see --ddpg.init)",
-                   choices=("orthogonal", "refer"))
+    init: str = _f("refer", "weight initialisation (see --ddpg.init)", choices=INIT_SCHEMES)
     lr: float = _f(1e-3, "Adam step size (the paper's 1e-4, tuned for 1e6-step MuJoCo runs, "
                    "is --preset paper; 1e-3 lets a 30k-step Pendulum run learn)", gt=0)
     gamma: float = _f(0.995, "discount factor", ge=0, le=1)
@@ -146,8 +154,7 @@ class VRACERConfig:
 
     hidden: tuple[int, ...] = _f((128, 128), "hidden sizes of the one network")
     activation: str = _f("softsign", "hidden activation", choices=("tanh", "relu", "softsign"))
-    init: str = _f("refer", "weight initialisation (see --ddpg.init)",
-                   choices=("orthogonal", "refer"))
+    init: str = _f("refer", "weight initialisation (see --ddpg.init)", choices=INIT_SCHEMES)
     lr: float = _f(1e-4, "Adam step size (annealed by Eq. 13 under ReF-ER)", gt=0)
     gamma: float = _f(0.995, "discount factor", ge=0, le=1)
     initial_variance: float = _f(0.2, "initial variance of the state-independent diagonal "

@@ -12,6 +12,9 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from offpolicy.config import INIT_SCHEMES
 
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "softsign": jax.nn.soft_sign}
 OUTPUT_SCALE = 1e-3
@@ -24,22 +27,57 @@ def final_init(scale: float = OUTPUT_SCALE):
     return nn.initializers.orthogonal(scale)
 
 
-def uniform_fan_in(scale: float):
-    """U[-scale / sqrt(fan_in), scale / sqrt(fan_in)] (ReF-ER App. A's output layers: 0.1)."""
+def _uniform(bound: float):
     def init(key, shape, dtype=jnp.float32):
-        bound = scale / jnp.sqrt(shape[0])
         return jax.random.uniform(key, shape, dtype, -bound, bound)
     return init
 
 
-# hidden-layer and output-layer kernel initialisers by name (biases start at zero)
-INITS = {
-    # DeepRL (ACE authors' code): orthogonal, gain 1; outputs gain 1e-3
-    "orthogonal": (hidden_init, final_init),
-    # ReF-ER App. A: Glorot uniform (the paper prints 6/sqrt(fan_in + fan_out), a typo for
-    # Glorot's sqrt(6 / (fan_in + fan_out)), the paper it cites); outputs U(+-0.1/sqrt(fan_in))
-    "refer": (nn.initializers.glorot_uniform(), lambda scale: uniform_fan_in(0.1)),
-}
+
+
+def initializers(scheme: str, output: bool, fan_in: int, out_scale: float = OUTPUT_SCALE):
+    """(kernel_init, bias_init) of a linear layer by scheme name:
+
+    * orthogonal: DeepRL (the ACE authors' code): orthogonal, gain 1; output layers gain
+      ``out_scale`` (1e-3); zero biases;
+    * refer: ReF-ER App. A: Glorot uniform (the paper prints 6/sqrt(fan_in + fan_out), a typo
+      for Glorot's sqrt(6 / (fan_in + fan_out)), the paper it cites); output layers
+      U(+-0.1/sqrt(fan_in)); zero biases;
+    * lillicrap: DDPG (Lillicrap et al. 2016, Sec. 7): weights and biases U(+-1/sqrt(fan_in)),
+      output layers U(+-3e-3);
+    * torch: PyTorch's nn.Linear default (SB3): weights and biases U(+-1/sqrt(fan_in)), output
+      layers alike;
+    * flax: Flax's nn.Dense default (SBX): LeCun normal weights, zero biases.
+    """
+    fan = 1.0 / float(np.sqrt(fan_in))
+    if scheme == "orthogonal":
+        return (nn.initializers.orthogonal(out_scale if output else 1.0), zeros)
+    if scheme == "refer":
+        return (_uniform(0.1 * fan) if output else nn.initializers.glorot_uniform(), zeros)
+    if scheme == "lillicrap":
+        return (_uniform(3e-3), _uniform(3e-3)) if output else (_uniform(fan), _uniform(fan))
+    if scheme == "torch":
+        return _uniform(fan), _uniform(fan)
+    if scheme == "flax":
+        return nn.initializers.lecun_normal(), zeros
+    raise ValueError(f"unknown init scheme {scheme!r} (valid: {', '.join(INIT_SCHEMES)})")
+
+
+class Dense(nn.Module):
+    """A linear layer initialised by scheme (``initializers``); named like flax's Dense, so
+    parameter trees keep their ``Dense_i`` names."""
+
+    features: int
+    scheme: str = "orthogonal"
+    output: bool = False
+    out_scale: float = OUTPUT_SCALE
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        k_init, b_init = initializers(self.scheme, self.output, x.shape[-1], self.out_scale)
+        kernel = self.param("kernel", k_init, (x.shape[-1], self.features), jnp.float32)
+        bias = self.param("bias", b_init, (self.features,), jnp.float32)
+        return x @ kernel + bias
 
 
 class MLP(nn.Module):
@@ -54,11 +92,10 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
-        hidden_k, out_k = INITS[self.init_scheme]
         for h in self.hidden:
-            x = act(nn.Dense(h, kernel_init=hidden_k, bias_init=zeros)(x))
+            x = act(Dense(h, self.init_scheme)(x))
         if self.out is not None:
-            x = nn.Dense(self.out, kernel_init=out_k(self.out_scale), bias_init=zeros)(x)
+            x = Dense(self.out, self.init_scheme, output=True, out_scale=self.out_scale)(x)
         return x
 
 

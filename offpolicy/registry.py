@@ -38,7 +38,10 @@ _REFER_COMMON = {"hidden": (128, 128), "activation": "softsign", "init": "refer"
 _REFER_TRAIN = {"buffer_size": 2**18, "replay_statistics": True}
 _DDPG_PRESETS = {
     "paper": {},  # the ACE paper's DDPG: tanh, no L2
-    "lillicrap": {"activation": "relu", "critic_l2": 1e-2},  # the original DDPG paper
+    "lillicrap": {"activation": "relu", "critic_l2": 1e-2, "init": "lillicrap"},  # DDPG paper
+    # SB3's DDPG choices on the ACE paper's setting (400-300 tanh, batch 64, tau 1e-3, OU):
+    # the action at the critic's input, PyTorch's initialisation, one learning rate 1e-3
+    "sb3": {"action_input_layer": 1, "init": "torch", "actor_lr": 1e-3, "critic_lr": 1e-3},
     # ReF-ER paper App. A (DDPG): critic lr 1e-4 with L2 1e-4, actor 1e-5, batch 128,
     # gamma 0.995, tau 0.01, Gaussian exploration sigma 0.2, ReF-ER replay
     "refer": {**_REFER_COMMON, "critic_lr": 1e-4, "critic_l2": 1e-4, "actor_lr": 1e-5,

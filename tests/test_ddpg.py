@@ -135,3 +135,70 @@ def test_update_returns_protocol_triple_and_moves_targets_by_tau():
                           jax.tree_util.tree_leaves(new["target"])):
         np.testing.assert_allclose(np.asarray(t1), np.asarray(t0 + tau * (p1 - t0)),
                                    rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------------- issue 20 options
+def _layers(params):
+    """(path, kernel, bias) of every linear layer."""
+    out = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        if jax.tree_util.keystr(path).endswith("['kernel']"):
+            bias_path = jax.tree_util.keystr(path)[:-len("['kernel']")]
+            out.append((bias_path, np.asarray(leaf), path))
+    flat = {jax.tree_util.keystr(p): np.asarray(v)
+            for p, v in jax.tree_util.tree_leaves_with_path(params)}
+    return [(name, k, flat[name + "['bias']"]) for name, k, _ in out]
+
+
+@pytest.mark.parametrize("scheme", ["orthogonal", "refer", "lillicrap", "torch", "flax"])
+def test_initialisation_schemes(scheme):
+    agent = make_agent(init=scheme, hidden=(64, 48))
+    params = agent.init(jax.random.PRNGKey(0))["params"]
+    for name, kernel, bias in _layers(params):
+        fan_in, output = kernel.shape[0], "Dense_1" in name and "MLP" in name  # 48 -> out
+        bound = 1 / np.sqrt(fan_in)
+        if scheme == "torch" or (scheme == "lillicrap" and not output):
+            assert np.abs(kernel).max() <= bound and np.abs(bias).max() <= bound
+            assert np.abs(kernel).max() > 0.8 * bound and np.abs(bias).max() > 0
+        elif scheme == "lillicrap":
+            assert np.abs(kernel).max() <= 3e-3 and np.abs(bias).max() <= 3e-3
+        else:
+            assert not bias.any()
+        if scheme == "orthogonal" and not output:
+            gram = kernel.T @ kernel if kernel.shape[0] >= kernel.shape[1] else kernel @ kernel.T
+            np.testing.assert_allclose(gram, np.eye(len(gram)), atol=1e-4)
+        if scheme == "refer" and output:
+            assert np.abs(kernel).max() <= 0.1 * bound
+
+
+def test_action_at_the_critic_input_matches_a_reference():
+    agent = make_agent(action_input_layer=1)
+    p = random_params(agent)
+    assert p["critic_encoder"]["Dense_0"]["kernel"].shape == (OBS + M, 8)
+    rng = np.random.default_rng(3)
+    s, a = rng.normal(size=(B, OBS)), rng.uniform(-1, 1, (B, M))
+    x = np.concatenate([s, a], -1)
+    z = np.tanh(x @ np.asarray(p["critic_encoder"]["Dense_0"]["kernel"], np.float64)
+                + np.asarray(p["critic_encoder"]["Dense_0"]["bias"]))
+    mlp = p["critic"]["MLP_0"]
+    want = np_mlp(mlp, z, sorted(mlp), out_tanh=False)[:, 0]
+    got = agent.q(p, s.astype(np.float32), a.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+    # the actor's gradient reaches the actor only, through Q(s, mu(s))
+    ap = {k: p[k] for k in agent.actor_keys}
+    g = jax.grad(agent.actor_loss)(ap, p, s.astype(np.float32))
+    assert set(g) == {"actor", "actor_encoder"}
+    assert all(np.abs(np.asarray(x)).max() > 0 for x in jax.tree_util.tree_leaves(g))
+    state = agent.init(jax.random.PRNGKey(0))
+    new, _, _ = agent.update(state, batch(), jax.random.PRNGKey(1))
+    assert new["params"]["critic_encoder"]["Dense_0"]["kernel"].shape == (OBS + M, 8)
+
+
+def test_action_at_input_needs_separate_first_layers_and_sb3_preset_resolves():
+    from offpolicy.errors import OffpolicyError
+
+    with pytest.raises(OffpolicyError, match="action-input-layer 1"):
+        make_agent("shared-ddpg", action_input_layer=1)
+    run = registry.resolve("ddpg", preset="sb3")
+    assert (run.agent.action_input_layer, run.agent.init, run.agent.actor_lr,
+            run.agent.critic_lr) == (1, "torch", 1e-3, 1e-3)

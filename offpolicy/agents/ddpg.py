@@ -3,6 +3,7 @@
 Networks (ACE paper, "Baseline Algorithms"; authors' code DeepRL ``DeterministicActorCritic``):
   actor   mu(s)   = tanh(W3 g(W2 g(W1 s)))            hidden (400, 300), g = tanh
   critic  Q(s, a) = W3' g(W2' [g(W1' s), a])           the action enters at the second layer
+                    (--ddpg.action-input-layer 1: W3' g(W2' g(W1' [s, a])), as SB3 and SBX)
 Wide-DDPG doubles the hidden sizes (800, 600). Shared-DDPG shares the first layer
 z = g(W1 s) between actor and critic (the ACE encoder); the actor's gradient reaches z through
 mu(z) only, the critic's state input is held fixed in the actor loss (as the authors' code).
@@ -46,7 +47,8 @@ from offpolicy.agents.acting import NoiseSpec
 from offpolicy.agents.base import transitions
 from offpolicy.config import DDPGConfig
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.networks import ACTIVATIONS, INITS, MLP, l2_kernels, soft_update, zeros
+from offpolicy.errors import OffpolicyError
+from offpolicy.networks import ACTIVATIONS, MLP, Dense, l2_kernels, soft_update
 from offpolicy.replay import refer
 from offpolicy.replay.refer import ReplaySettings
 
@@ -58,8 +60,7 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        return ACTIVATIONS[self.activation](
-            nn.Dense(self.size, kernel_init=INITS[self.init_scheme][0], bias_init=zeros)(obs))
+        return ACTIVATIONS[self.activation](Dense(self.size, self.init_scheme)(obs))
 
 
 class ActorHead(nn.Module):
@@ -78,10 +79,11 @@ class CriticHead(nn.Module):
     hidden: tuple[int, ...]
     activation: str
     init_scheme: str = "orthogonal"
+    action_at_input: bool = False  # the action already entered with the state (SB3)
 
     @nn.compact
     def __call__(self, z, action):
-        x = jnp.concatenate([z, action], axis=-1)
+        x = z if self.action_at_input else jnp.concatenate([z, action], axis=-1)
         return MLP(self.hidden, self.activation, out=1, init_scheme=self.init_scheme)(x)[..., 0]
 
 
@@ -108,8 +110,12 @@ class DDPG:
         first, rest = c.hidden[0], tuple(c.hidden[1:])
         self.encoder = Encoder(first, c.activation, c.init)
         self.actor_head = ActorHead(rest, spec.dim, c.activation, c.init)
-        self.critic_head = CriticHead(rest, c.activation, c.init)
+        self.action_at_input = c.action_input_layer == 1
+        self.critic_head = CriticHead(rest, c.activation, c.init, self.action_at_input)
         shared = c.shared_encoder
+        if shared and self.action_at_input:
+            raise OffpolicyError("--ddpg.action-input-layer 1 needs separate actor and critic "
+                                 "first layers (shared-ddpg shares the state-only first layer)")
         self._actor_enc = "encoder" if shared else "actor_encoder"
         self._critic_enc = "encoder" if shared else "critic_encoder"
         self.critic_keys = (self._critic_enc, "critic")
@@ -132,7 +138,8 @@ class DDPG:
                                      self.encoder.apply({"params": params[self._actor_enc]}, obs))
 
     def q(self, params, obs, action):
-        z = self.encoder.apply({"params": params[self._critic_enc]}, obs)
+        x = jnp.concatenate([obs, action], axis=-1) if self.action_at_input else obs
+        z = self.encoder.apply({"params": params[self._critic_enc]}, x)
         return self.critic_head.apply({"params": params["critic"]}, z, action)
 
     def init(self, key: jax.Array) -> dict[str, Any]:
@@ -140,15 +147,17 @@ class DDPG:
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
         enc = self.encoder.init(k_enc, obs)["params"]
         z = self.encoder.apply({"params": enc}, obs)
+        act = jnp.zeros((1, self.spec.dim))
         params = {
             "actor": self.actor_head.init(k_actor, z)["params"],
-            "critic": self.critic_head.init(k_critic, z, jnp.zeros((1, self.spec.dim)))["params"],
+            "critic": self.critic_head.init(k_critic, z, act)["params"],
         }
         if self.config.shared_encoder:
             params["encoder"] = enc
         else:
             params["actor_encoder"] = enc
-            params["critic_encoder"] = self.encoder.init(k_enc2, obs)["params"]
+            critic_in = jnp.concatenate([obs, act], -1) if self.action_at_input else obs
+            params["critic_encoder"] = self.encoder.init(k_enc2, critic_in)["params"]
         return {
             "params": params,
             "target": params,
@@ -186,8 +195,12 @@ class DDPG:
         p = {**params, **ap}
         z = self.encoder.apply({"params": p[self._actor_enc]}, obs)
         a = self.actor_head.apply({"params": p["actor"]}, z)
-        zc = jax.lax.stop_gradient(self.encoder.apply({"params": p[self._critic_enc]}, obs))
-        loss = -jnp.mean(weights * self.critic_head.apply({"params": params["critic"]}, zc, a))
+        if self.action_at_input:  # the critic's parameters are not differentiated here
+            q = self.q(params, obs, a)
+        else:
+            zc = jax.lax.stop_gradient(self.encoder.apply({"params": p[self._critic_enc]}, obs))
+            q = self.critic_head.apply({"params": params["critic"]}, zc, a)
+        loss = -jnp.mean(weights * q)
         if behaviour_mean is None:
             return loss
         return beta * loss + (1.0 - beta) * jnp.mean(self.kl(behaviour_mean, a))

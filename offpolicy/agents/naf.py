@@ -35,7 +35,7 @@ import optax
 from offpolicy.agents.base import transitions
 from offpolicy.config import NAFConfig
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.networks import INITS, MLP, soft_update, zeros
+from offpolicy.networks import MLP, Dense, soft_update
 from offpolicy.replay import refer
 from offpolicy.replay.refer import ReplaySettings
 
@@ -52,9 +52,8 @@ class NAFNetwork(nn.Module):
     def __call__(self, obs):
         m = self.action_dim
         z = MLP(self.hidden, self.activation, init_scheme=self.init_scheme)(obs)
-        out_init = INITS[self.init_scheme][1](1e-3)
         n_tril = m * (m + 1) // 2
-        head = nn.Dense(1 + m + n_tril, kernel_init=out_init, bias_init=zeros)(z)
+        head = Dense(1 + m + n_tril, self.init_scheme, output=True)(z)
         value, mean, entries = head[..., 0], jnp.tanh(head[..., 1:1 + m]), head[..., 1 + m:]
         rows, cols = np.tril_indices(m)
         diag = rows == cols

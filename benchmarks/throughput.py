@@ -201,9 +201,11 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
     for mine in ("ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"):
         pairs = paired_ratios(by, mine, "ours-ddpg", "env_steps_per_s")
         if pairs:
+            bound = ("; bound for ReF-ER's bookkeeping: >= 0.85x" if mine == "ours-ddpg-refer"
+                     else "")
             lines += ["", f"{mine} over ours-ddpg (--replay er), env steps/s paired per round: "
                       + ", ".join(f"{x:.2f}" for x in pairs)
-                      + f" (median {np.median(pairs):.2f}x; ReF-ER's bound: >= 0.85x)"]
+                      + f" (median {np.median(pairs):.2f}x{bound})"]
     for r in rows:  # the peers report their library versions; ours is in the jax column
         v = json.loads(r["versions"]) if r.get("versions") else ""
         while isinstance(v, str) and v:

@@ -87,43 +87,53 @@ def next_targets(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray) -> n
 
 
 def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: np.ndarray,
-              tol: float = 1e-3, chunk: int = 128) -> None:
+              tol: float = 1e-3, chunk: int = 64) -> None:
     """Add delta_t * prod_{i=j}^{t-1} gamma min(1, rho_i) to the stored target of every step j
     before t in t's episode, for each refreshed step t = ``idx`` (Algorithm 3).
 
-    Samples of one episode touch overlapping slots, so they go in separate rounds: within a
-    round every episode appears once and a plain indexed add is exact (``np.add.at`` over the
-    whole batch was 5x slower)."""
+    All samples of one episode are handled in one backward pass over that episode (one row
+    per episode, so rows touch distinct slots and a plain indexed add is exact): with
+    g_j = gamma min(1, rho_j) and D_j the refreshed change at j (0 where nothing was sampled),
+    the accumulated change y_j = g_j y_{j+1} + D_j, and step j gains y_j - D_j. The
+    recursion runs ``chunk`` steps at a time through cumulative products (g >= 1e-3 gamma, as
+    rho is clipped, so a 64-step product stays far from underflow) and stops once every
+    episode has no sample left and its carried change is below ``tol`` of its largest delta."""
     idx = np.asarray(idx, np.int64)
     delta = np.asarray(delta, np.float64)
     ok = np.isfinite(delta) & (delta != 0) & replay.valid[idx]
     idx, first = np.unique(idx[ok], return_index=True)
-    if idx.size == 0:
+    if idx.size == 0 or spec.gamma == 0:
         return
     delta = delta[ok][first]
     starts = replay.episode_first_slots(idx)
-    order = np.argsort(starts, kind="stable")
-    group_start = np.searchsorted(starts[order], starts[order], side="left")
-    rounds = np.empty(idx.size, np.int64)
-    rounds[order] = np.arange(idx.size) - group_start  # 0, 1, ... within each episode
-    for r in range(int(rounds.max()) + 1):
-        sel = rounds == r
-        _propagate_disjoint(replay, spec, idx[sel], starts[sel], delta[sel], tol, chunk)
-
-
-def _propagate_disjoint(replay, spec, idx, starts, delta, tol, chunk) -> None:
-    before = (idx - starts) % replay.stream_capacity  # earlier steps in the episode
+    episodes, row = np.unique(starts, return_inverse=True)
+    pos = (idx - starts) % replay.stream_capacity  # position inside the episode
+    n = episodes.size
+    last = np.zeros(n, np.int64)
+    np.maximum.at(last, row, pos)
+    scale = np.zeros(n)
+    np.maximum.at(scale, row, np.abs(delta))
+    back = last[row] - pos  # each sample's distance from its episode's last sampled step
     target, rho = replay.extras[spec.target], replay.extras[spec.rho]
-    coef = np.ones(idx.size)
-    start, last = 1, int(before.max())
-    while start <= last:
-        offs = np.arange(start, min(start + chunk, last + 1))
-        slots = replay._offset(idx[:, None], -offs[None, :])
-        inside = offs[None, :] <= before[:, None]
-        g = np.where(inside, spec.gamma * np.minimum(1.0, rho[slots]), 0.0)
-        c = coef[:, None] * np.cumprod(g, axis=1)
-        target[slots[inside]] += (c * delta[:, None])[inside]  # one episode per row: exact
-        coef = c[:, -1]
-        if (np.abs(coef) < tol).all():
+    carry = np.zeros(n)
+    o0, deepest = 0, int(last.max())
+    while o0 <= deepest:
+        offs = np.arange(o0, min(o0 + chunk, deepest + 1))
+        j = last[:, None] - offs[None, :]  # positions, walking back from each last sample
+        inside = j >= 0
+        slots = replay._offset(episodes[:, None], np.maximum(j, 0))
+        # before the episode's first step nothing is added (masked below); g = 1 there keeps
+        # the products finite
+        g = np.where(inside, np.maximum(spec.gamma * np.minimum(1.0, rho[slots]), 1e-300), 1.0)
+        d = np.zeros(g.shape)
+        here = (back >= o0) & (back < o0 + len(offs))
+        d[row[here], back[here] - o0] = delta[here]
+        gc = np.cumprod(g, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            y = gc * (carry[:, None] + np.cumsum(d / gc, axis=1))
+        y = np.where(inside & np.isfinite(y), y, 0.0)
+        target[slots[inside]] += (y - d)[inside]
+        carry = y[:, -1]
+        o0 = offs[-1] + 1
+        if not (back >= o0).any() and (np.abs(carry) <= tol * scale).all():
             break
-        start = offs[-1] + 1

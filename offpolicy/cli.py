@@ -262,11 +262,12 @@ def cmd_table(argv: list[str]) -> int:
 def cmd_list(argv: list[str]) -> int:
     _Parser(prog="offpolicy list", description="algorithms, action kinds, presets").parse_args(
         argv)
-    print(f"{'algorithm':<15}{'section':<9}{'action kinds':<20}{'presets':<24}"
-          f"{'--replay':<28}description")
-    for a in registry.ALGORITHMS.values():
-        print(f"{a.name:<15}{a.section:<9}{','.join(a.action_kinds):<20}"
-              f"{','.join(a.presets):<24}{','.join(a.replays):<28}{a.description}")
+    rows = [(a.name, a.section, ",".join(a.action_kinds), ",".join(a.presets),
+             ",".join(a.replays), a.description) for a in registry.ALGORITHMS.values()]
+    header = ("algorithm", "section", "action kinds", "presets", "--replay", "description")
+    widths = [max(len(r[i]) for r in [header, *rows]) + 2 for i in range(5)]
+    for r in [header, *rows]:
+        print("".join(f"{c:<{w}}" for c, w in zip(r, widths)) + r[5])
     return 0
 
 

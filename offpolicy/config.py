@@ -79,7 +79,7 @@ class TrainConfig:
         1e-3, "ReF-ER step eta of Eq. 12's beta update (the paper ties it to the learning "
         "rate, 1e-4-1e-5, which needs 1e4-1e5 updates to move beta)", gt=0, le=1)
     refer_rho_max: float = _f(1e3, "importance weights are computed from the log-ratio "
-                              "clipped to +-log(rho_max)", gt=1)
+                              "clipped to +-log(rho_max)", gt=1, le=1e4)
     replay_diagnostics: bool = _f(
         False, "with --replay er or per: also store the behaviour policy and log rho, "
         "KL(mu || pi) and the far-policy fraction (ReF-ER's diagnostics; costs a little "

@@ -298,3 +298,42 @@ def test_prioritized_ranking_travels_with_the_replay_file(tmp_path):
     buf2, per2 = build()
     buf2.load(tmp_path / "r.npz")
     np.testing.assert_array_equal(per.sample(16, 5)[0], per2.sample(16, 5)[0])
+
+
+def test_episodes_abandoned_at_a_resume_get_their_targets():
+    rng = np.random.default_rng(9)
+    spec = stored_returns.StoredReturn(GAMMA)
+    fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
+              "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
+    buf = ReplayBuffer(64, (1,), 1, fields, forget_whole_episodes=True, num_streams=2)
+    for s in range(2):
+        buf.start_episode(np.zeros(1), s)
+    for t in range(5):  # stream 0 ends an episode at t = 2 and starts another
+        ended = np.array([t == 2, False])
+        buf.add_batch(np.zeros((2, 1)), rng.normal(size=2), ended, np.zeros(2, bool),
+                      np.zeros((2, 1)), {"value": rng.normal(size=2).astype(np.float32)})
+        if ended[0]:
+            buf.start_episode(np.zeros(1), 0)
+    closed = buf.take_closed_episodes()
+    assert len(closed) == 1
+    buf.close_episode()  # a resume: both open episodes are abandoned
+    abandoned = buf.take_closed_episodes()
+    assert len(abandoned) == 2
+    for first, last in abandoned:
+        stored_returns.close_episode(buf, spec, first, last)
+        slots = stored_returns.episode_slots(buf, first, last)
+        assert np.isfinite(buf.extras["v_tbc"][slots]).all()
+    assert not buf.truncated.any()  # the data themselves are untouched
+
+
+@pytest.mark.parametrize("train,match", [({"buffer_size": 150}, "fewer than one 200-step"),
+                                         ({"normalize_reward": True}, "--replay-statistics")])
+def test_stored_return_agents_refuse_configs_that_lose_targets(tmp_path, train, match):
+    from offpolicy.errors import OffpolicyError
+    from offpolicy.training.run import Run
+
+    run = registry.resolve("vracer", train_overrides={"env": "Pendulum-v1", "batch_size": 32,
+                                                      **train})
+    with pytest.raises(OffpolicyError, match=match):
+        Run(run, tmp_path / "v")
+    assert not (tmp_path / "v").exists()

@@ -18,12 +18,12 @@ Update for a batch of steps t with stored targets:
   L_pg    = -mean w rho_t (Q^ret_t - V(s_t)) log pi(a_t|s_t)    (Eq. 5, rho and the advantage
                                                                  held constant: its gradient)
   L_value = 1/2 mean w (V(s_t) - V^tbc_t)^2                      (Eq. 9)
-  L       = beta L_pg + L_value + (1 - beta) mean KL(mu_t || pi(.|s_t))   (Eq. 10-11)
+  L       = beta (L_pg + L_value) + (1 - beta) mean KL(mu_t || pi(.|s_t))   (Eq. 10-11)
 w is Rule 1's near-policy mask (far-policy samples lose both the policy and the value term;
-Algorithm 3 zeroes their whole g_hat) times PER's weights. beta scales the policy-gradient term
-only: Rule 2 attracts the *policy* to past behaviours (Eq. 10); the value loss is a regression
-onto V^tbc that the penalty does not concern. KL(mu_t || pi) is differentiated in this
-direction, through pi's mean and std:
+Algorithm 3 zeroes their whole g_hat) times PER's weights. beta scales the whole g_hat, value
+term included, as Algorithm 3 writes it (one network, one gradient; the authors' smarties
+scales the value gradient by beta too). KL(mu_t || pi) is differentiated in this direction,
+through pi's mean and std:
   KL = sum log(s_pi / s_mu) + (s_mu^2 + (m_mu - m_pi)^2) / (2 s_pi^2) - 1/2.
 After the update the step's new v_t, rho_t and V^tbc_t (Eq. 8 with the new values and the
 stored V^tbc_{t+1}) are written back. Adam, lr 1e-4 annealed by Eq. 13, batch 256, gamma 0.995,
@@ -109,7 +109,7 @@ class VRACER:
         target = jnp.where(valid > 0, batch["v_tbc"], 0.0)
         value_loss = 0.5 * jnp.mean(w * (value - target) ** 2)
         kl = GAUSSIAN.kl({"mean": batch["mean"], "std": batch["std"]}, pi)
-        loss = beta * pg + value_loss
+        loss = beta * (pg + value_loss)  # Algorithm 3: beta scales the whole g_hat
         if penalty:
             loss = loss + (1.0 - beta) * jnp.mean(kl)
         return loss, {"policy_loss": pg, "value_loss": value_loss, "kl": kl,
@@ -148,9 +148,10 @@ class VRACER:
                    **refer.diagnostics(rho, aux["kl"], far, beta, cmax, far_fraction)}
         writeback = {refer.RHO: rho, refer.FAR: far, "v": value,
                      "v_tbc": jnp.where(has_target, v_tbc, jnp.nan)}
-        if r.prioritized:
+        if r.prioritized:  # NaN: no target yet, the step keeps its priority
             writeback["td_abs"] = jnp.where(has_target,
-                                            jnp.abs(value - jnp.nan_to_num(batch["v_tbc"])), 0.0)
+                                            jnp.abs(value - jnp.nan_to_num(batch["v_tbc"])),
+                                            jnp.nan)
         return new_state, metrics, writeback
 
     def acting_params(self, state: dict) -> dict:

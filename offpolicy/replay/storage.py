@@ -571,6 +571,14 @@ class ReplayBuffer:
             self._starts[s] = collections.deque(int(i) for i in slots[first])
 
     def close_episode(self) -> None:
-        """Abandon the episodes in progress (on resume they restart); their last obs stays
-        invalid."""
+        """Abandon the episodes in progress (on resume they restart): each one that holds a
+        transition counts as finished for stored returns (its last transition bootstraps from
+        the stored next observation, as a truncation); the last observation stays invalid."""
+        sc = self.stream_capacity
+        for s in np.flatnonzero(self.opens):
+            starts = self._starts[s]
+            p = int(self.base[s] + (self.heads[s] - 2) % sc)  # the latest transition
+            last_obs = int(self.base[s] + (self.heads[s] - 1) % sc)
+            if starts and starts[-1] != last_obs and self.valid[p]:
+                self._closed.append((starts[-1], p))
         self.opens[:] = False

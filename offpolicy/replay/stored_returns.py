@@ -87,7 +87,7 @@ def next_targets(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray) -> n
 
 
 def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: np.ndarray,
-              tol: float = 1e-3, chunk: int = 64) -> None:
+              tol: float = 1e-3, chunk: int = 32) -> None:
     """Add delta_t * prod_{i=j}^{t-1} gamma min(1, rho_i) to the stored target of every step j
     before t in t's episode, for each refreshed step t = ``idx`` (Algorithm 3).
 
@@ -95,8 +95,9 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
     per episode, so rows touch distinct slots and a plain indexed add is exact): with
     g_j = gamma min(1, rho_j) and D_j the refreshed change at j (0 where nothing was sampled),
     the accumulated change y_j = g_j y_{j+1} + D_j, and step j gains y_j - D_j. The
-    recursion runs ``chunk`` steps at a time through cumulative products (g >= 1e-3 gamma, as
-    rho is clipped, so a 64-step product stays far from underflow) and stops once every
+    recursion runs ``chunk`` steps at a time through cumulative products (g >= 1e-4 gamma, as
+    rho is clipped to [1e-4, 1e4] at most, so a 32-step product stays far from underflow
+    for any gamma above 1e-5) and stops once every
     episode has no sample left and its carried change is below ``tol`` of its largest delta."""
     idx = np.asarray(idx, np.int64)
     delta = np.asarray(delta, np.float64)

@@ -253,8 +253,9 @@ class Learner:
         wb = {k: np.asarray(v) for k, v in wb.items()}
         if PRIORITY in wb:
             priority = wb.pop(PRIORITY)
-            if self.per is not None:
-                self.per.update(idx, priority)
+            if self.per is not None:  # NaN: the agent has no TD error for the step yet
+                known = np.isfinite(priority)
+                self.per.update(idx[known], priority[known])
         if self.stored is not None:
             t = self.stored.target
             delta = wb[t] - batch[t]

@@ -86,6 +86,7 @@ class Run:
         probe = make_env(tc.env, tc.seed)
         self.spec = action_spec(probe)
         self.obs_shape = observation_shape(probe)
+        probe_steps = getattr(probe.spec, "max_episode_steps", None)
         probe.close()
         self.agent = registry.build_agent(run, self.obs_shape, self.spec)
         check_agent(self.agent)
@@ -104,6 +105,8 @@ class Run:
                                          tc.normalize_reward or tc.replay_statistics, k,
                                          frozen=tc.replay_statistics)
         self._check_cadence(k)
+        if stored is not None:
+            self._check_stored_returns(k, probe_steps)
         self.learner = Learner(self.agent, self.replay, tc.batch_size, tc.seed, self.obs_norm,
                                self.reward_scale, registry.replay_settings(tc),
                                int(tc.steps * tc.updates_per_step), tc.replay_statistics)
@@ -137,6 +140,23 @@ class Run:
         elif self.run_dir is not None:
             self._claim_dir()
             self._write_config()
+
+    def _check_stored_returns(self, num_envs: int, max_steps: int | None) -> None:
+        """Stored return targets (V-RACER) need whole episodes in each env copy's ring and
+        replay-based reward scaling (a running scale would leave stored targets stale)."""
+        tc = self.train_cfg
+        per_copy = tc.buffer_size // num_envs
+        if max_steps is not None and per_copy < max_steps + 1:
+            raise OffpolicyError(
+                f"{self.run.algo} keeps return targets per episode: --buffer-size "
+                f"{tc.buffer_size} gives each of {num_envs} env copies {per_copy} slots, fewer "
+                f"than one {max_steps}-step episode needs ({max_steps + 1}); raise "
+                "--buffer-size or lower --num-envs")
+        if tc.normalize_reward:
+            raise OffpolicyError(
+                f"{self.run.algo} stores return targets in replay: use --replay-statistics "
+                "(rewards scaled by replay's contents, stored targets rescaled with them) "
+                "instead of --normalize-reward")
 
     def _check_cadence(self, num_envs: int) -> None:
         tc = self.train_cfg

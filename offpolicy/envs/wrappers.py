@@ -50,6 +50,11 @@ class ObsNormalizer:
         if self.enabled and not self.frozen:
             self.rms.update(obs)
 
+    def set_statistics(self, obs: np.ndarray) -> None:
+        """Mean and variance of ``obs`` [N, ...] (ReF-ER App. B, Eq. 14-15: from replay)."""
+        obs = np.asarray(obs, np.float64)
+        self.rms.mean, self.rms.var, self.rms.count = obs.mean(0), obs.var(0), float(len(obs))
+
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return obs
@@ -75,7 +80,19 @@ class RewardScaler:
             self.rms.update(self.ret)
             self.ret[np.asarray(done, bool)] = 0.0
 
+    def set_second_moment(self, rewards: np.ndarray) -> None:
+        """Scale by 1 / sqrt(mean r^2) of ``rewards`` (ReF-ER App. B, Eq. 16: from replay)."""
+        self.rms.var = np.float64(np.mean(np.square(rewards, dtype=np.float64)))
+
+    def _std(self) -> np.float64:
+        return np.sqrt(self.rms.var + 1e-8)
+
+    @property
+    def factor(self) -> float:
+        """What rewards are multiplied by (1 when disabled)."""
+        return float(1.0 / self._std()) if self.enabled else 1.0
+
     def __call__(self, reward: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return reward
-        return (reward / np.sqrt(self.rms.var + 1e-8)).astype(np.float32)
+        return (reward / self._std()).astype(np.float32)

@@ -38,8 +38,7 @@ RESCALE_EVERY = 1000  # updates between reward-scale recomputations (ReF-ER App.
 class Learner:
     def __init__(self, agent: Agent, replay: ReplayBuffer, batch_size: int, seed: int,
                  obs_norm: ObsNormalizer, reward_scale: RewardScaler,
-                 settings: ReplaySettings = ER, total_updates: int = 1,
-                 replay_statistics: bool = False):
+                 settings: ReplaySettings = ER, total_updates: int = 1):
         self.agent, self.replay, self.batch_size = agent, replay, batch_size
         self.obs_norm, self.reward_scale = obs_norm, reward_scale
         self.normalizing = obs_norm.enabled or reward_scale.enabled
@@ -56,7 +55,8 @@ class Learner:
         # agents that store their behaviour policy get the memory's far-policy fraction
         self.far_fraction = FAR in agent.writeback_fields
         self.stored: stored_returns.StoredReturn | None = getattr(agent, "stored_return", None)
-        self.replay_statistics = replay_statistics
+        # ReF-ER App. B: frozen scalers take their statistics from replay, set here
+        self.replay_statistics = reward_scale.frozen
         # distinct buffers for every leaf (targets start as copies), as donation requires
         self.state = jax.tree_util.tree_map(jnp.array, agent.init(jax.random.PRNGKey(seed)))
         self.update_key = jax.random.PRNGKey(seed + 4)
@@ -173,10 +173,6 @@ class Learner:
         return idx, self.normalize(self._augment(idx, batch))
 
     # ------------------------------------------------------------------ replay upkeep
-    def _reward_factor(self) -> float:
-        rs = self.reward_scale
-        return float(1.0 / np.sqrt(rs.rms.var + 1e-8)) if rs.enabled else 1.0
-
     def _maintain(self) -> None:
         """Before sampling: ReF-ER App. B statistics from replay (states at the first update,
         the reward scale every RESCALE_EVERY updates, stored targets rescaled with it), and
@@ -184,18 +180,15 @@ class Learner:
         if self.replay_statistics and self.updates % RESCALE_EVERY == 0:
             valid = self.replay.valid
             if self.updates == 0:
-                obs = self.replay.obs[valid].astype(np.float64)
-                self.obs_norm.rms.mean, self.obs_norm.rms.var = obs.mean(0), obs.var(0)
-                self.obs_norm.rms.count = float(len(obs))
-            old = self._reward_factor()
-            self.reward_scale.rms.var = np.float64(np.mean(
-                np.square(self.replay.reward[valid], dtype=np.float64)))
+                self.obs_norm.set_statistics(self.replay.obs[valid])
+            old = self.reward_scale.factor
+            self.reward_scale.set_second_moment(self.replay.reward[valid])
             if self.stored is not None and self.updates > 0:
-                ratio = self._reward_factor() / old
+                ratio = self.reward_scale.factor / old
                 for k in self.stored.reward_unit_fields:
                     self.replay.extras[k] *= ratio
         if self.stored is not None:
-            factor = self._reward_factor()
+            factor = self.reward_scale.factor
             for first, last in self.replay.take_closed_episodes():
                 stored_returns.close_episode(self.replay, self.stored, first, last, factor)
 

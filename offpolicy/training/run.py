@@ -109,7 +109,7 @@ class Run:
             self._check_stored_returns(k, probe_steps)
         self.learner = Learner(self.agent, self.replay, tc.batch_size, tc.seed, self.obs_norm,
                                self.reward_scale, registry.replay_settings(tc),
-                               int(tc.steps * tc.updates_per_step), tc.replay_statistics)
+                               int(tc.steps * tc.updates_per_step))
         # replay updates per segment ~ Poisson(replay_ratio) (ACER); its state is checkpointed
         self.poisson = np.random.Generator(np.random.PCG64(tc.seed + 7))
         self.policy = HostPolicy(self.agent.policy, tc.seed + 6)

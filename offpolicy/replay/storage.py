@@ -131,17 +131,28 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ writing
     def _write_obs(self, stream: int, obs: np.ndarray) -> int:
         h = int(self.base[stream] + self.heads[stream])
-        starts = self._starts[stream]
-        if starts and starts[0] == h:  # the oldest episode loses its first step
-            starts.popleft()
-            if self.forget_whole_episodes:
-                self._forget_episode(stream, h)
+        self._overwrite_start(stream, h)
         if self.valid[h]:
             self._invalidate(np.array([h]))
         self.obs[h] = obs
         self.heads[stream] = (self.heads[stream] + 1) % self.stream_capacity
         self.sizes[stream] = min(self.sizes[stream] + 1, self.stream_capacity)
         return h
+
+    def _overwrite_start(self, stream: int, h: int) -> None:
+        """Slot ``h`` of ring ``stream`` is about to be overwritten: if it is the first step of
+        the oldest episode, that episode loses its start (and, forgetting whole episodes, all
+        of its steps)."""
+        starts = self._starts[stream]
+        if starts and starts[0] == h:
+            starts.popleft()
+            if self.forget_whole_episodes:
+                self._forget_episode(stream, h)
+
+    def _episode_ended(self, stream: int, last: int) -> None:
+        """Record the episode of ring ``stream`` that ended at slot ``last`` as closed."""
+        if self._starts[stream]:  # else the episode outgrew its ring
+            self._closed.append((self._starts[stream][-1], last))
 
     def _forget_episode(self, stream: int, first: int) -> None:
         """Invalidate every transition of the episode starting at ``first`` (Remember-and-
@@ -224,8 +235,7 @@ class ReplayBuffer:
         self._added(np.array([p]))
         if terminated or truncated:
             self.opens[stream] = False
-            if self._starts[stream]:  # else the episode outgrew its ring
-                self._closed.append((self._starts[stream][-1], p))
+            self._episode_ended(stream, p)
 
     def _added(self, p: np.ndarray) -> None:
         for name in self._counts:
@@ -247,11 +257,7 @@ class ReplayBuffer:
         h = self.base + self.heads
         self._write_step(p, action, reward, terminated, truncated, extras or {})
         for s in range(self.num_streams):
-            starts = self._starts[s]
-            if starts and starts[0] == h[s]:
-                starts.popleft()
-                if self.forget_whole_episodes:
-                    self._forget_episode(s, int(h[s]))
+            self._overwrite_start(s, int(h[s]))
         self._invalidate(h[self.valid[h]])
         self.obs[h] = next_obs
         self.heads = (self.heads + 1) % sc
@@ -261,8 +267,7 @@ class ReplayBuffer:
         self._added(p)
         ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
         for s in np.flatnonzero(ended):
-            if self._starts[s]:
-                self._closed.append((self._starts[s][-1], int(p[s])))
+            self._episode_ended(int(s), int(p[s]))
         self.opens &= ~ended
 
     def write(self, idx: np.ndarray, fields: dict[str, np.ndarray],
@@ -533,6 +538,9 @@ class ReplayBuffer:
                     # initial value, or zeros
                     self.extras[k][slots] = (z[f"extra.{k}"] if k in meta["extras"]
                                              else self.extra_initial.get(k, 0))
+                attached = {name: {k[len(f"attached.{name}."):]: z[k] for k in z.files
+                                   if k.startswith(f"attached.{name}.")}
+                            for name in self.attachments}
         except OffpolicyError:
             raise
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -552,11 +560,8 @@ class ReplayBuffer:
             every = np.arange(self.capacity)
             f(every, self.valid.copy())
         for name, obj in self.attachments.items():
-            prefix = f"attached.{name}."
-            with np.load(path, allow_pickle=False) as z:
-                saved = {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
-            if saved:  # a file written without it: the listeners' fresh state stays
-                obj.load_arrays(saved)
+            if attached[name]:  # a file written without it: the listeners' fresh state stays
+                obj.load_arrays(attached[name])
 
     def _rebuild_starts(self) -> None:
         """Episode first slots, oldest first per ring: a valid slot whose predecessor in the

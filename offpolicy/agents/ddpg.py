@@ -207,12 +207,11 @@ class DDPG:
 
     def kl(self, behaviour_mean: jax.Array, mean: jax.Array) -> jax.Array:
         """KL(mu_t || pi) [B] for two Gaussians of std sigma."""
-        return jnp.sum((behaviour_mean - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
+        return refer.fixed_std_kl(behaviour_mean, mean, self.sigma)
 
     def log_ratio(self, batch: dict, mean: jax.Array) -> jax.Array:
         """log pi(a_t|s_t) - log mu_t(a_t|s_t) [B]."""
-        a, m_mu = batch["action"], batch["mean"]
-        return jnp.sum((a - m_mu) ** 2 - (a - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
+        return refer.fixed_std_log_ratio(batch["action"], batch["mean"], mean, self.sigma)
 
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c, r = self.config, self.replay

@@ -96,7 +96,7 @@ class NAF:
         return value + advantage(mean, lower, action)
 
     def kl(self, behaviour_mean, mean) -> jax.Array:
-        return jnp.sum((behaviour_mean - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
+        return refer.fixed_std_kl(behaviour_mean, mean, self.sigma)
 
     def loss(self, params, batch, y, weights, beta, penalty: bool):
         value, mean, lower = self.net.apply({"params": params}, batch["obs"])
@@ -113,7 +113,7 @@ class NAF:
         _, mean, _ = self.net.apply({"params": params}, batch["obs"])
         mean = jax.lax.stop_gradient(mean)
         a, m_mu = batch["action"], batch["mean"]
-        log_ratio = jnp.sum((a - m_mu) ** 2 - (a - mean) ** 2, axis=-1) / (2.0 * self.sigma**2)
+        log_ratio = refer.fixed_std_log_ratio(a, m_mu, mean, self.sigma)
         rho = refer.importance_weight(log_ratio, 0.0, r.rho_max)
         kl = self.kl(m_mu, mean)
         far_fraction = batch.get("far_fraction", jnp.zeros(()))

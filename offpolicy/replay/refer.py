@@ -91,6 +91,19 @@ def importance_weight(log_pi: jax.Array, log_mu: jax.Array, rho_max: float) -> j
     return jnp.exp(jnp.clip(jax.lax.stop_gradient(log_pi - log_mu), -bound, bound))
 
 
+def fixed_std_log_ratio(action: jax.Array, behaviour_mean: jax.Array, mean: jax.Array,
+                        sigma: float) -> jax.Array:
+    """log pi(a|s) - log mu_t(a|s) [B] for pi = N(mean, sigma^2 I), mu_t = N(behaviour_mean,
+    sigma^2 I): DDPG's and NAF's Gaussian exploration (Sec. 2)."""
+    return jnp.sum((action - behaviour_mean) ** 2 - (action - mean) ** 2,
+                   axis=-1) / (2.0 * sigma**2)
+
+
+def fixed_std_kl(behaviour_mean: jax.Array, mean: jax.Array, sigma: float) -> jax.Array:
+    """KL(mu_t || pi) [B] for two Gaussians of std sigma (symmetric in the means)."""
+    return jnp.sum((behaviour_mean - mean) ** 2, axis=-1) / (2.0 * sigma**2)
+
+
 def c_max(step: jax.Array, c: float, anneal: float) -> jax.Array:
     """Eq. 13: c_max(k) = 1 + C / (1 + A k)."""
     return 1.0 + c / (1.0 + anneal * step.astype(jnp.float32))

@@ -45,6 +45,15 @@ SUITES = {
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er"],
+    # ACER (Wang et al. 2017): replay ratio 0 (on-policy), 1 and 4, the paper's Fig. 1 claim
+    # (--env CartPole-v1 --steps 300000; --env LunarLander-v3 --steps 1000000 --eval-every 50000)
+    "acer-replay": ["acer-r0", "acer-r1", "acer-r4"],
+    # continuous ACER against no trust region and against replay ratio 0 (HalfCheetah-v5,
+    # Hopper-v5, 200k steps)
+    "acer-continuous": ["acer", "acer-no-trust-region", "acer-r0"],
+    # the ACER issue's acceptance runs (--env CartPole-v1 --steps 300000; --env
+    # InvertedPendulum-v5 --steps 200000)
+    "acer": ["acer"],
     # the ReF-ER issue's acceptance runs: --env Pendulum-v1 --steps 30000 (naf, ddpg-refer)
     # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
@@ -54,7 +63,9 @@ SUITES = {
 # train.csv diagnostics plotted (log scale) and averaged per entry for these suites
 SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
                  "refer-pendulum": ["kl_mu_pi", "far_policy_fraction"],
-                 "refer-vracer": ["kl_mu_pi", "far_policy_fraction"]}
+                 "refer-vracer": ["kl_mu_pi", "far_policy_fraction"],
+                 "acer-replay": ["kl_average", "rho_mean"],
+                 "acer-continuous": ["kl_average", "trust_region_active"]}
 
 
 # entries that are one of our algorithms with extra flags: (algorithm, flags)
@@ -73,6 +84,10 @@ VARIANTS = {
     "ddpg-refer2": ("ddpg", ["--replay", "refer2"]),
     "naf-refer": ("naf", ["--replay", "refer"]),
     "vracer-er": ("vracer", ["--replay", "er"]),
+    "acer-r0": ("acer", ["--replay-ratio", "0"]),
+    "acer-r1": ("acer", ["--replay-ratio", "1"]),
+    "acer-r4": ("acer", ["--replay-ratio", "4"]),
+    "acer-no-trust-region": ("acer", ["--no-acer.trust-region"]),
 }
 
 
@@ -116,16 +131,16 @@ def single_threaded_env() -> dict[str, str]:
 
 
 def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_python: str,
-            log) -> None:
+            log, eval_every: int = 10_000) -> None:
     if entry.startswith(("sb3-", "sbx-")):
         cmd = [peers_python, str(HERE / "peers.py"), "learn", "--lib", entry[:3], "--env", env,
                "--steps", str(steps), "--seed", str(seed), "--run-dir", str(run_dir),
-               "--eval-every", "10000", "--eval-episodes", "20", "--warmup", "64"]
+               "--eval-every", str(eval_every), "--eval-episodes", "20", "--warmup", "64"]
     else:
         algo, flags = VARIANTS.get(entry, (entry, []))
         cmd = [sys.executable, "-m", "offpolicy", "train", algo, "--env", env, "--steps",
                str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--quiet",
-               "--eval-every", "10000", "--eval-episodes", "20", *flags]
+               "--eval-every", str(eval_every), "--eval-episodes", "20", *flags]
         if (run_dir / "checkpoints" / "latest").exists():
             cmd.append("--resume")
         elif run_dir.exists():  # started but never checkpointed: start again
@@ -269,6 +284,8 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--env", default="HalfCheetah-v5")
     p.add_argument("--entries", nargs="+", help="a subset of the suite's entries")
+    p.add_argument("--eval-every", type=int, default=10_000,
+                   help="env steps between evaluations (the ACE protocol: 10 000)")
     p.add_argument("--runs-root", type=Path, default=HERE / "runs")
     p.add_argument("--out-dir", type=Path, default=HERE / "results")
     p.add_argument("--peers-python", default=os.environ.get(
@@ -292,7 +309,8 @@ def main() -> int:
                     if finished(run_dir, a.steps) or not claim(run_dir):
                         continue
                     try:
-                        run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log)
+                        run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log,
+                                a.eval_every)
                     finally:
                         release(run_dir)
                     report(a.suite, root, a.out_dir, command, a.env, a.steps, name)

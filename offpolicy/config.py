@@ -185,6 +185,49 @@ class ACEConfig(DeterministicActorCriticConfig):
     critic_lr: float = _f(1e-3, "Adam step size of encoder and model heads", gt=0)
 
 
+@dataclass
+class ACERConfig:
+    """ACER (Wang et al. 2017): Retrace, truncated importance sampling with bias correction,
+    efficient trust region; discrete (Algorithm 2) and continuous (SDN, Algorithm 3)
+    actions. The trajectory length k is the loop's ``--segment-length``."""
+
+    hidden: tuple[int, ...] = _f((128, 128), "hidden sizes of the MLP torso (and of the "
+                                 "continuous advantage network A(s, a))")
+    activation: str = _f("relu", "hidden activation", choices=("tanh", "relu", "softsign"))
+    torso: str = _f("auto", "feature extractor: mlp, cnn (Nature CNN, Mnih et al. 2015, for "
+                    "84x84 image stacks) or auto (cnn for image observations)",
+                    choices=("auto", "mlp", "cnn"))
+    lr: float = _f(7e-4, "learning rate", gt=0)
+    optimizer: str = _f("rmsprop", "rmsprop (A3C's: decay 0.99) or adam",
+                        choices=("rmsprop", "adam"))
+    rmsprop_eps: float = _f(1e-5, "RMSProp / Adam epsilon", gt=0)
+    max_grad_norm: float = _f(10.0, "clip the global gradient norm (0 = off)", ge=0)
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    truncation: float = _f(0.0, "c, the importance-weight truncation of Eq. 8-10 and 15-16; "
+                           "0 = the paper's value for the action kind (10 discrete, 5 "
+                           "continuous)", ge=0)
+    bias_correction: bool = _f(True, "add the bias-correction term of Eq. 9 / 16 (ablation: "
+                               "off = plain truncated importance sampling)")
+    trust_region: bool = _f(True, "efficient trust region, Eq. 11-12 (ablation: off)")
+    trust_region_delta: float = _f(1.0, "delta, the bound on the linearised KL to the "
+                                   "average policy (Eq. 11)", gt=0)
+    average_decay: float = _f(0.0, "alpha of the average policy network theta_a <- alpha "
+                              "theta_a + (1 - alpha) theta; 0 = the paper's value (0.99 "
+                              "discrete, 0.995 continuous)", ge=0, lt=1)
+    on_policy_update: bool = _f(
+        True, "Algorithm 1: one update on each segment just collected, then Poisson(replay "
+        "ratio) replayed ones; False learns from replay only (the paper's MuJoCo runs, Sec. 6)")
+    entropy_weight: float = _f(1e-3, "entropy regularisation weight (paper: 0.001)", ge=0)
+    value_loss_weight: float = _f(0.5, "weight of the critic's loss 1/2 (Q^ret - Q)^2 against "
+                                  "the policy term", gt=0)
+    policy_std: float = _f(0.3, "continuous: std of the diagonal Gaussian policy (fixed, "
+                           "Sec. 6; the initial value with --acer.learn-std)", gt=0)
+    learn_std: bool = _f(False, "continuous: learn a state-independent std (the trust region "
+                         "then covers the mean and the std)")
+    sdn_samples: int = _f(5, "continuous: n, the samples u_i ~ pi of the stochastic dueling "
+                          "network (Eq. 13)", ge=1)
+
+
 # ---------------------------------------------------------------------- generic helpers
 def fields_of(cls: type) -> list[dataclasses.Field]:
     return list(dataclasses.fields(cls))

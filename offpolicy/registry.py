@@ -23,6 +23,7 @@ class Algorithm:
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     replays: tuple[str, ...] = ("er",)  # the --replay choices the agent implements
     train_overrides: dict[str, Any] = field(default_factory=dict)  # its own loop defaults
+    train_fields: tuple[str, ...] = ()  # loop fields the agent is built with (ACER's k)
 
     def preset_fields(self, preset: str | None) -> tuple[set[str], set[str]]:
         """(training fields, algorithm fields) a preset sets (a preset's ``train`` entry
@@ -55,6 +56,21 @@ _NAF_PRESETS = {"paper": {"lr": 1e-4, "activation": "softsign", "tau": 0.01,
                           "train": {"buffer_size": 2**18}}}
 _ACE_PRESETS = {"paper": {}, "n10-d1": {"num_actors": 10}, "n5-d2": {"plan_depth": 2}}
 _CONT = ("continuous",)
+# ACER (Wang et al. 2017): Algorithm 1's cadence over K env copies, k-step windows; the
+# papers' setups: Atari (Sec. 4: k 20, c 10, alpha 0.99, 16 threads with 50 000-frame memories)
+# and MuJoCo (Sec. 6: k 50, c 5, alpha 0.995, replay only, 5 000-frame memories per thread)
+_ACER_TRAIN = {"segment_length": 20, "replay_ratio": 4.0, "num_envs": 4, "batch_size": 16,
+               "buffer_size": 100_000}
+_ACER_PRESETS = {
+    "paper-atari": {"torso": "cnn", "truncation": 10.0, "average_decay": 0.99,
+                    "entropy_weight": 1e-3, "trust_region_delta": 1.0,
+                    "train": {"segment_length": 20, "replay_ratio": 4.0, "num_envs": 16,
+                              "batch_size": 16, "buffer_size": 800_000}},
+    "paper-mujoco": {"truncation": 5.0, "average_decay": 0.995, "policy_std": 0.3,
+                     "learn_std": False, "on_policy_update": False,
+                     "train": {"segment_length": 50, "replay_ratio": 4.0, "num_envs": 16,
+                               "batch_size": 16, "buffer_size": 80_000}},
+}
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
     Algorithm("ddpg", "ddpg", C.DDPGConfig, "offpolicy.agents.ddpg:DDPG", _CONT,
@@ -74,6 +90,11 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
               "V-RACER: off-policy PG with stored V^tbc targets, ReF-ER by default",
               presets=_ONE_NET_PRESETS, replays=_ALL_REPLAYS,
               train_overrides={"batch_size": 256, "replay": "refer", "replay_statistics": True}),
+    Algorithm("acer", "acer", C.ACERConfig, "offpolicy.agents.acer:ACER",
+              ("discrete", "continuous"),
+              "ACER: Retrace, truncated IS with bias correction, efficient trust region, SDN",
+              presets=_ACER_PRESETS, train_overrides=_ACER_TRAIN,
+              train_fields=("segment_length",)),
     Algorithm("ensemble-ddpg", "ace", C.ACEConfig, "offpolicy.agents.ace:ACE", _CONT,
               "ACE without tree search (d=0): N actors, argmax over the critic",
               overrides={"plan_depth": 0}, presets={"paper": {}}),
@@ -207,4 +228,5 @@ def build_agent(run: RunConfig, obs_shape: tuple[int, ...], action_spec) -> Any:
     agent_cls = getattr(importlib.import_module(module), cls)
     if spec.replays != ("er",):  # the agent implements the replay choices itself
         return agent_cls(run.agent, obs_shape, action_spec, replay=replay_settings(run.train))
-    return agent_cls(run.agent, obs_shape, action_spec)
+    loop = {k: getattr(run.train, k) for k in spec.train_fields}
+    return agent_cls(run.agent, obs_shape, action_spec, **loop)

@@ -32,6 +32,9 @@ runtime (``offpolicy.training``) reads only what this protocol declares:
     the part of the state the policy needs (what a remote collector would be sent).
 ``exploration_noise``
     ``acting.NoiseSpec`` for deterministic policies with additive host-side noise, else None.
+``learns_on_segments`` (optional, default True)
+    with ``--segment-length`` k, whether a sequences agent takes one update on the segment
+    just collected before its replayed ones (ACER's Algorithm 1); False: replay only.
 """
 
 from __future__ import annotations

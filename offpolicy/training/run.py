@@ -165,6 +165,9 @@ class Run:
         if tc.pipeline:
             raise OffpolicyError("--pipeline overlaps the per-step update with the env step; it "
                                  "does not apply with --segment-length (choose one)")
+        if not getattr(self.agent, "learns_on_segments", True) and tc.replay_ratio == 0:
+            raise OffpolicyError(f"{self.run.algo} learns from replay only here: --replay-ratio 0 "
+                                 "would never update (give a ratio > 0 or learn on-policy)")
         longest = (tc.buffer_size // num_envs - 1) // 2
         if self.agent.data.kind == "sequences" and tc.segment_length > longest:
             raise OffpolicyError(f"--segment-length {tc.segment_length} is too long for a replay "
@@ -400,7 +403,8 @@ class Run:
         tc = self.train_cfg
         collector, learner, k = self.collector, self.learner, tc.num_envs
         segment = tc.segment_length
-        on_policy_segments = segment > 0 and learner.data.kind == "sequences"
+        on_policy_segments = (segment > 0 and learner.data.kind == "sequences"
+                              and getattr(self.agent, "learns_on_segments", True))
         # uniform warm-up actions carry no behaviour density: stochastic policies (no host
         # noise) warm up by sampling from their initial policy, which replay records
         uniform_warmup = self.agent.exploration_noise is not None

@@ -9,7 +9,7 @@ RUN    := runs/ddpg-pendulum
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,dev]"
+	$(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,dev]"
 	touch $(STAMP)
 
 # DDPG on Pendulum-v1 for 20k steps; writes $(RUN)/curve.png and prints the final return.
@@ -37,6 +37,10 @@ bench-venv:
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/python -m pip install -q torch==2.13.0
 	.venv-bench/bin/python -m pip install -q stable-baselines3==2.9.2 sbx-rl==0.28.0 "gymnasium[mujoco]>=1.0" "mujoco>=3.2,<4"
+# PFRL 0.4.0 (the ACER peer, benchmarks/peers_pfrl.py) with --no-deps, so pip never touches
+# torch; it imports packaging and filelock (pure Python, named here: pfrl does not declare
+# packaging); its declared gym is not installed: peers_pfrl.py aliases `import gym` to Gymnasium.
+	.venv-bench/bin/python -m pip install -q --no-deps pfrl==0.4.0 packaging filelock
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -126,7 +126,7 @@ class Agent:
     def act(self, obs: np.ndarray) -> Any:
         """The deterministic (evaluation) action for one env observation, in env units."""
         r = self.run
-        obs = np.asarray(obs, np.float32)
+        obs = np.asarray(obs, r.obs_dtype)  # frames stay uint8: the network scales them
         if obs.shape != r.obs_shape:
             raise OffpolicyError(f"observation shape {obs.shape} != {r.obs_shape}")
         if not np.isfinite(obs).all():

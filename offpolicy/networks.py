@@ -109,3 +109,38 @@ def l2_kernels(params) -> jax.Array:
 def soft_update(target, online, tau: float):
     """target <- tau * online + (1 - tau) * target, leaf by leaf."""
     return jax.tree_util.tree_map(lambda t, o: t + tau * (o - t), target, online)
+
+
+def is_image(obs_shape: Sequence[int]) -> bool:
+    """Whether observations of this shape are frames [H, W, C] (3-D: ``make_env`` keeps only
+    uint8 images unflattened), for which an agent puts a :class:`NatureCNN` torso first."""
+    return len(tuple(obs_shape)) == 3
+
+
+class NatureCNN(nn.Module):
+    """The DQN torso (Mnih et al. 2015, Methods "Model architecture"; the ACER paper's Atari
+    network, Wang et al. 2017, Sec. 4): conv 32 8x8 stride 4, conv 64 4x4 stride 2, conv 64
+    3x3 stride 1 (VALID padding), dense 512, a ReLU after every layer.
+
+    ``obs``: [..., H, W, C] frames, channels last, any leading batch axes (e.g. [T+1, B, 84,
+    84, 4] sequences); uint8 is scaled by 1/255 here, a float input is taken as already in
+    [0, 1]. Returns [..., 512] features. On 84x84 frames the convolutions give 20x20x32,
+    9x9x64, 7x7x64 (3136 features into the dense layer). Every layer is initialised by
+    ``init_scheme`` (:func:`initializers`, as hidden layers: orthogonal gain 1 by default).
+    """
+
+    features: int = 512
+    init_scheme: str = "orthogonal"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        lead, frame = obs.shape[:-3], obs.shape[-3:]
+        x = obs.reshape((-1, *frame))
+        x = x.astype(jnp.float32) / 255.0 if obs.dtype == jnp.uint8 else x.astype(jnp.float32)
+        for channels, size, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            k_init, b_init = initializers(self.init_scheme, False, size * size * x.shape[-1])
+            x = nn.relu(nn.Conv(channels, (size, size), (stride, stride), padding="VALID",
+                                kernel_init=k_init, bias_init=b_init)(x))
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(Dense(self.features, self.init_scheme)(x))
+        return x.reshape((*lead, self.features))

@@ -121,7 +121,8 @@ def discrete_policy_objective(probs: jax.Array, action: jax.Array, qret: jax.Arr
     coef = jax.lax.stop_gradient(jnp.minimum(c, rho) * (qret - value))
     objective = coef * log_phi_a
     if bias_correction:
-        coef_all = jax.lax.stop_gradient(correction_weight(rho_all, c) * pi * (q - value[..., None]))
+        coef_all = jax.lax.stop_gradient(correction_weight(rho_all, c) * pi
+                                         * (q - value[..., None]))
         objective = objective + jnp.sum(coef_all * log_phi, axis=-1)
     if entropy_weight:
         objective = objective - entropy_weight * jnp.sum(probs * log_phi, axis=-1)

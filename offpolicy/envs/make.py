@@ -1,4 +1,9 @@
-"""make_env(): any Gymnasium id, MuJoCo v5, and DM Control through shimmy."""
+"""make_env(): any Gymnasium id, MuJoCo v5, DM Control through shimmy, and Atari through ale-py.
+
+Observations are flat float32 vectors, except images: a 3-D uint8 Box (Atari's stacked frames,
+[84, 84, 4]) passes through as it is, channels last, and replay stores it as uint8
+(:func:`observation_dtype`); the network scales it by 1/255 (``networks.NatureCNN``).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,18 @@ import importlib
 import warnings
 
 import gymnasium as gym
+import numpy as np
 
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError, did_you_mean
 
 DMC_PREFIX = "dm_control/"
+ATARI_PREFIX = "ALE/"
+# DQN / A3C / ACER preprocessing (Mnih et al. 2015, Methods; Wang et al. 2017, Sec. 4)
+ATARI_NOOP_MAX = 30
+ATARI_FRAME_SKIP = 4
+ATARI_SCREEN = 84
+ATARI_FRAMES = 4
 
 
 def _registered_ids() -> list[str]:
@@ -41,6 +53,8 @@ def _construction_error(env_id: str, e: BaseException) -> OffpolicyError:
     entry = str(getattr(gym.registry.get(name), "entry_point", ""))
     if name.startswith(DMC_PREFIX) or "dm_control" in entry or "shimmy" in entry:
         msg += " (check that mujoco and dm-control versions match: pip install 'offpolicy[dmc]')"
+    elif name.startswith(ATARI_PREFIX) or "ale_py" in entry:
+        msg += " (check the Atari install: pip install 'offpolicy[atari]')"
     elif "mujoco" in entry:
         msg += " (check the MuJoCo install: pip install 'offpolicy[mujoco]')"
     return OffpolicyError(msg)
@@ -65,14 +79,68 @@ def _route_mujoco_warnings() -> None:
     mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=2))
 
 
+def is_image_space(space: gym.Space) -> bool:
+    """A 3-D uint8 Box: frames [H, W, C], kept as they are (not flattened, stored as uint8)."""
+    return (isinstance(space, gym.spaces.Box) and len(space.shape) == 3
+            and space.dtype == np.uint8)
+
+
+class FramesLast(gym.ObservationWrapper):
+    """Stacked frames [frames, H, W] -> [H, W, frames]: channels last, as Flax convolutions
+    take them."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        n, h, w = env.observation_space.shape
+        self.observation_space = gym.spaces.Box(0, 255, (h, w, n), np.uint8)
+
+    def observation(self, obs: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(obs, 0, -1))
+
+
+def _is_atari(env_id: str) -> bool:
+    return "ale_py" in str(getattr(gym.registry.get(env_id), "entry_point", ""))
+
+
+def _atari_preprocessing(env: gym.Env) -> gym.Env:
+    """The DQN / A3C preprocessing the ACER paper uses (Wang et al. 2017, Sec. 4): up to 30
+    no-op actions at reset, each action repeated for 4 frames with the max over the last two,
+    84x84 grayscale, the last 4 frames stacked (channels last, uint8). An episode is the whole
+    game (no terminal on life loss); rewards are left unclipped (clipping belongs to the
+    agent, if any)."""
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=ATARI_NOOP_MAX, frame_skip=ATARI_FRAME_SKIP, screen_size=ATARI_SCREEN,
+        terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    return FramesLast(gym.wrappers.FrameStackObservation(env, ATARI_FRAMES))
+
+
 def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
-    """Create a Gymnasium env with a flat float32 observation vector.
+    """Create a Gymnasium env with a flat float32 observation vector, or uint8 frames.
 
     ``dm_control/<domain>-<task>-v0`` ids need the ``dmc`` extra (dm-control + shimmy); their
-    dict observations are flattened. MuJoCo ids need the ``mujoco`` extra. The env checker is
-    disabled: it costs time on every step and the library validates spaces itself.
+    dict observations are flattened. MuJoCo ids need the ``mujoco`` extra. ``ALE/<Game>-v5``
+    ids need the ``atari`` extra (ale-py + OpenCV) and get the standard preprocessing
+    (:func:`_atari_preprocessing`): uint8 observations [84, 84, 4], a Discrete action space.
+    They are built with ``frameskip=1`` (the preprocessing skips frames) and
+    ``repeat_action_probability=0.0``: no sticky actions, as in the DQN / A3C / ACER papers
+    (v5's default is 0.25, Machado et al. 2018; pass ``repeat_action_probability=0.25`` to
+    get it). Any other 3-D uint8 Box observation is kept as frames too; every other Box, Dict
+    or Tuple observation is flattened. The env checker is disabled: it costs time on every
+    step and the library validates spaces itself.
     """
     given = env_id
+    if env_id.startswith(ATARI_PREFIX):
+        try:
+            import ale_py  # registers the ALE/ ids; ships the ROMs
+
+            # warnings only: no two-line banner on stderr from every emulator created
+            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Warning)
+        except ImportError as e:
+            raise OffpolicyError(
+                f"{env_id} needs the Arcade Learning Environment ({type(e).__name__}: "
+                f"{_one_line(e)}): pip install 'offpolicy[atari]'") from e
+        except Exception as e:  # a broken ale-py install
+            raise _construction_error(given, e) from e
     if env_id.startswith(DMC_PREFIX):
         # dm_control tries the GLFW renderer first; on a machine without a display glfw warns
         # (two lines on stderr) on every run, though nothing here renders
@@ -99,12 +167,17 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     if env_id not in gym.registry:
         raise _unknown_env(env_id)
     _route_mujoco_warnings()
+    atari = _is_atari(env_id)
+    if atari:
+        kwargs = {"frameskip": 1, "repeat_action_probability": 0.0} | kwargs
     try:
         env = gym.make(env_id, disable_env_checker=True, **kwargs)
+        if atari:
+            env = _atari_preprocessing(env)
     except OffpolicyError:
         raise
-    except gym.error.DependencyNotInstalled as e:
-        extra = "dmc" if env_id.startswith(DMC_PREFIX) else "mujoco"
+    except gym.error.DependencyNotInstalled as e:  # e.g. OpenCV, which the Atari resize uses
+        extra = ("atari" if atari else "dmc" if env_id.startswith(DMC_PREFIX) else "mujoco")
         raise OffpolicyError(
             f"{env_id} needs a missing dependency ({_one_line(e)}); "
             f"pip install 'offpolicy[{extra}]'") from e
@@ -114,15 +187,16 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
         raise _construction_error(given, e) from e
     except Exception as e:  # a broken install or env: one line, never a traceback
         raise _construction_error(given, e) from e
-    if not isinstance(env.observation_space, gym.spaces.Box) or len(
-            env.observation_space.shape) != 1:
-        if isinstance(env.observation_space, (gym.spaces.Dict, gym.spaces.Tuple)) or (
-                isinstance(env.observation_space, gym.spaces.Box)):
+    space = env.observation_space
+    flat = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+    if not flat and not is_image_space(space):
+        if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple, gym.spaces.Box)):
             env = gym.wrappers.FlattenObservation(env)
         else:
             raise OffpolicyError(
-                f"{env_id} has a {type(env.observation_space).__name__} observation space; "
-                "valid: Box or Dict/Tuple of Boxes (flattened)"
+                f"{env_id} has a {type(space).__name__} observation space; "
+                "valid: Box (3-D uint8 frames kept as they are) or Dict/Tuple of Boxes "
+                "(flattened)"
             )
     if seed is not None:
         env.action_space.seed(seed)
@@ -135,4 +209,10 @@ def action_spec(env: gym.Env) -> ActionSpec:
 
 def observation_shape(env: gym.Env) -> tuple[int, ...]:
     return tuple(int(d) for d in env.observation_space.shape)
+
+
+def observation_dtype(env: gym.Env) -> np.dtype:
+    """What the collector, replay and the policy carry observations as: uint8 for frames (4x
+    less memory than float32; the network scales them), float32 for everything else."""
+    return np.dtype(np.uint8 if is_image_space(env.observation_space) else np.float32)
 

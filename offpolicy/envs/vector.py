@@ -2,7 +2,8 @@
 
 ``EnvCopies.step`` takes K agent-space actions and returns, for every copy, the observation
 the transition ends in (``next_obs``, the true final observation when an episode ended) and
-the observation to act on next (the reset observation there). Synchronous copies run in this
+the observation to act on next (the reset observation there), as float32, or uint8 for frames
+(``observation_dtype``). Synchronous copies run in this
 process as a plain list (a few microseconds per step; Gymnasium's SyncVectorEnv adds ~40 us
 per step of info merging we do not need); ``asynchronous=True`` runs them in subprocesses with
 Gymnasium's ``AsyncVectorEnv`` (same-step auto-reset), worth it when one env step costs more
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from offpolicy.envs.make import make_env
+from offpolicy.envs.make import make_env, observation_dtype
 from offpolicy.envs.spaces import ActionSpec
 
 
@@ -26,7 +27,9 @@ class EnvCopies:
             import gymnasium as gym
             from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
-            make_env(env_id, seed).close()  # bad ids fail here, with the one-line error
+            probe = make_env(env_id, seed)  # bad ids fail here, with the one-line error
+            self.obs_dtype = observation_dtype(probe)
+            probe.close()
             fns = [lambda i=i: make_env(env_id, seed + i) for i in range(self.num_envs)]
             self._vec = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
             self._space = self._vec.single_action_space
@@ -34,13 +37,14 @@ class EnvCopies:
             self.envs = []
         else:
             self.envs = [make_env(env_id, seed + i) for i in range(self.num_envs)]
+            self.obs_dtype = observation_dtype(self.envs[0])
 
     def reset(self, seed: int) -> np.ndarray:
         """Reset every copy (copy i with ``seed + i``); observations [K, ...]."""
         if self.asynchronous:
             obs, _ = self._vec.reset(seed=[seed + i for i in range(self.num_envs)])
-            return np.asarray(obs, np.float32)
-        return np.stack([np.asarray(e.reset(seed=seed + i)[0], np.float32)
+            return np.asarray(obs, self.obs_dtype)
+        return np.stack([np.asarray(e.reset(seed=seed + i)[0], self.obs_dtype)
                          for i, e in enumerate(self.envs)])
 
     def step(self, actions: np.ndarray):
@@ -49,7 +53,7 @@ class EnvCopies:
         if self.asynchronous:
             return self._step_async(actions)
         k = self.num_envs
-        next_obs = np.empty((k, *self._obs_shape()), np.float32)
+        next_obs = np.empty((k, *self._obs_shape()), self.obs_dtype)
         obs = next_obs.copy() if k > 1 else None
         reward = np.empty(k, np.float64)
         terminated = np.empty(k, bool)
@@ -77,7 +81,7 @@ class EnvCopies:
         items = [self.spec.to_env(a) for a in actions]
         batch = gym.vector.utils.concatenate(self._space, items, self._actions)
         obs, reward, terminated, truncated, info = self._vec.step(batch)
-        obs = np.asarray(obs, np.float32)
+        obs = np.asarray(obs, self.obs_dtype)
         next_obs = obs.copy()
         ended = np.asarray(info.get("_final_obs", np.zeros(self.num_envs, bool)), bool)
         for i in np.flatnonzero(ended):

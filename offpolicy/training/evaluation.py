@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from offpolicy.envs.make import make_env
+from offpolicy.envs.make import make_env, observation_dtype
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import NonFiniteError
 
@@ -25,6 +25,7 @@ class Evaluator:
         self.eval_seed = eval_seed
         self.spec = spec
         self.envs = [make_env(env_id, eval_seed + i) for i in range(min(episodes, MAX_PARALLEL))]
+        self.obs_dtype = observation_dtype(self.envs[0])  # as in training: uint8 frames stay
 
     def run(self, act_batch: Callable[[np.ndarray], np.ndarray],
             normalize: Callable[[np.ndarray], np.ndarray] = lambda x: x) -> np.ndarray:
@@ -42,7 +43,7 @@ class Evaluator:
         for j in range(n):
             next_episode = self._start(j, next_episode, episode_of, obs)
         while any(e >= 0 for e in episode_of):
-            actions = act_batch(normalize(np.stack(obs).astype(np.float32)))
+            actions = act_batch(normalize(np.stack(obs).astype(self.obs_dtype)))
             for j, env in enumerate(self.envs):
                 e = episode_of[j]
                 if e < 0:

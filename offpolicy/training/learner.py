@@ -179,7 +179,7 @@ class Learner:
         the stored targets of episodes that ended since the last update."""
         if self.replay_statistics and self.updates % RESCALE_EVERY == 0:
             valid = self.replay.valid
-            if self.updates == 0:
+            if self.updates == 0 and self.obs_norm.enabled:  # off for frames (run.py)
                 self.obs_norm.set_statistics(self.replay.obs[valid])
             old = self.reward_scale.factor
             self.reward_scale.set_second_moment(self.replay.reward[valid])

@@ -44,7 +44,13 @@ import yaml
 from offpolicy import registry
 from offpolicy.agents.acting import HostPolicy
 from offpolicy.agents.base import check_agent
-from offpolicy.envs.make import action_spec, make_env, observation_shape
+from offpolicy.envs.make import (
+    action_spec,
+    is_image_space,
+    make_env,
+    observation_dtype,
+    observation_shape,
+)
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError
 from offpolicy.jax_setup import configure_jax
@@ -86,8 +92,14 @@ class Run:
         probe = make_env(tc.env, tc.seed)
         self.spec = action_spec(probe)
         self.obs_shape = observation_shape(probe)
+        self.obs_dtype = observation_dtype(probe)  # uint8 frames stay uint8 in replay
+        image = is_image_space(probe.observation_space)
         probe_steps = getattr(probe.spec, "max_episode_steps", None)
         probe.close()
+        if image and tc.normalize_obs:
+            raise OffpolicyError(
+                f"--normalize-obs does not apply to image observations ({tc.env} gives uint8 "
+                f"frames {self.obs_shape}, which the network scales by 1/255); drop it")
         self.agent = registry.build_agent(run, self.obs_shape, self.spec)
         check_agent(self.agent)
         fields = dict(self.agent.behaviour_fields) | dict(self.agent.writeback_fields)
@@ -95,11 +107,14 @@ class Run:
         stored = getattr(self.agent, "stored_return", None)
         self.replay = ReplayBuffer(
             tc.buffer_size if with_replay else 2 * k, self.obs_shape, self.spec.flat_dim, fields,
-            seed=tc.seed + 2, num_streams=k,
+            obs_dtype=self.obs_dtype, seed=tc.seed + 2, num_streams=k,
             counted=(FAR,) if FAR in self.agent.writeback_fields else (),
             forget_whole_episodes=tc.replay != "er" or stored is not None)
-        # App. B statistics come from replay (set by the learner), not from running updates
-        self.obs_norm = ObsNormalizer(self.obs_shape, tc.normalize_obs or tc.replay_statistics,
+        # App. B statistics come from replay (set by the learner), not from running updates.
+        # Frames are never normalised (the network scales them; per-pixel statistics would
+        # cost 28k floats in every checkpoint): --replay-statistics then scales rewards only.
+        self.obs_norm = ObsNormalizer(() if image else self.obs_shape,
+                                      (tc.normalize_obs or tc.replay_statistics) and not image,
                                       frozen=tc.replay_statistics)
         self.reward_scale = RewardScaler(getattr(run.agent, "gamma", 0.99),
                                          tc.normalize_reward or tc.replay_statistics, k,

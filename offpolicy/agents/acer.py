@@ -114,7 +114,7 @@ def discrete_policy_objective(probs: jax.Array, action: jax.Array, qret: jax.Arr
       [...] the objective per step (only its gradient is meaningful).
     """
     pi = jax.lax.stop_gradient(probs)
-    rho_all = pi / behaviour_probs
+    rho_all = jnp.where(pi > 0, pi / behaviour_probs, 0.0)  # 0 where pi is 0, even if mu is
     log_phi = jnp.log(jnp.maximum(probs, _TINY))
     log_phi_a = jnp.take_along_axis(log_phi, action[..., None], -1)[..., 0]
     rho = jnp.take_along_axis(rho_all, action[..., None], -1)[..., 0]
@@ -364,16 +364,18 @@ class ACER:
         values_all = jnp.sum(pi_sg * q_sg, axis=-1)  # V(x) = sum_a pi(a|x) Q(x, a)
         value = values_all[:-1]
         q_taken_sg = jnp.take_along_axis(q_sg[:-1], action[..., None], -1)[..., 0]
-        valid = mask[..., None] > 0  # padding (even never-written slots) reads as on-policy
+        # padding (even never-written slots) reads as on-policy: rho = 1 there (pi / pi could
+        # be 0 / 0 once pi puts exactly 0 on an action)
+        valid = mask[..., None] > 0
         mu = jnp.where(valid, jnp.maximum(batch["probs"], _TINY), pi_sg[:-1])
-        rho_all = pi_sg[:-1] / mu
+        rho_all = jnp.where(valid, pi_sg[:-1] / mu, 1.0)
         rho = jnp.take_along_axis(rho_all, action[..., None], -1)[..., 0]
         qret = returns.retrace(batch["reward"], cfg.gamma * batch["discount"], q_taken_sg,
                                values_all[1:], rho, 1.0, mask=mask)
         qret = jax.lax.stop_gradient(qret)
 
-        g = per_step_grad(discrete_policy_objective, pi_sg[:-1], action, qret, q_sg[:-1], value, mu,
-                          c, cfg.bias_correction, cfg.entropy_weight)
+        g = per_step_grad(discrete_policy_objective, pi_sg[:-1], action, qret, q_sg[:-1],
+                          value, mu, c, cfg.bias_correction, cfg.entropy_weight)
         avg_probs = jax.lax.stop_gradient(jax.nn.softmax(avg_logits, axis=-1))
         kvec = per_step_grad(lambda p: discrete_kl(avg_probs, p), pi_sg[:-1])
         z, active = self._project(g, kvec)
@@ -453,7 +455,7 @@ class ACER:
     @staticmethod
     def _metrics(mask, denom, rho, c, kl, entropy, active, policy_loss, value_loss, q):
         def mean(x):
-            return jnp.sum(mask * jax.lax.stop_gradient(x)) / denom
+            return jnp.sum(jnp.where(mask > 0, jax.lax.stop_gradient(x), 0.0)) / denom
 
         return {"policy_loss": jax.lax.stop_gradient(policy_loss),
                 "value_loss": jax.lax.stop_gradient(value_loss),

@@ -52,6 +52,16 @@ ENTRIES = {
     "ours-vracer-ddpg-nets": ("ours", "vracer", {"hidden": (400, 300), "activation": "tanh",
                                                  ".batch-size": 64}),
     "ours-vracer": ("ours", "vracer", {}),
+    # ACER against PFRL 0.4.0's (benchmarks/peers_pfrl.py): one env, one k-step window per
+    # update (PFRL's asynchronous agent acts on one env), k 20 / 50, replay ratio 4, the same
+    # 128-128 networks; "env" names the entry's environment (default HalfCheetah-v5)
+    "ours-acer-cartpole": ("ours", "acer", {"env": "CartPole-v1", ".num-envs": 1,
+                                            ".batch-size": 1}),
+    "pfrl-acer-cartpole": ("pfrl", "acer", {"env": "CartPole-v1"}),
+    "ours-acer-cartpole-envs4": ("ours", "acer", {"env": "CartPole-v1"}),
+    "ours-acer-cheetah": ("ours", "acer", {".num-envs": 1, ".batch-size": 1,
+                                           ".segment-length": 50}),
+    "pfrl-acer-cheetah": ("pfrl", "acer", {}),
 }
 # the runtime's two acting modes: K = 4 env copies, and the pipelined loop
 MODES = {"envs4": {".num-envs": 4}, "pipeline": {".pipeline": True}}
@@ -60,7 +70,7 @@ for _name, (_kind, _algo, _over) in list(ENTRIES.items()):
         for _mode, _flags in MODES.items():
             if _mode == "envs4" and _algo != "ddpg":
                 continue
-            if _algo in ("ddpg", "ace") and "." + "replay" not in _over:
+            if _algo in ("ddpg", "ace") and ".replay" not in _over:
                 ENTRIES[f"{_name}-{_mode}"] = (_kind, _algo, {**_over, **_flags})
 BASE = ["ours-ddpg", "ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2"]
 OURS = [name for name, (kind, _, _) in ENTRIES.items() if kind == "ours"]
@@ -76,7 +86,12 @@ SUITES = {
     "xla": [n for pair in ABLATIONS.items() for n in pair[::-1]],
     "ours": OURS,  # no peers, e.g. on a GPU machine without the peers' venv
     "refer": ["ours-ddpg", "ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"],
+    "acer": ["ours-acer-cartpole", "pfrl-acer-cartpole", "ours-acer-cartpole-envs4",
+             "ours-acer-cheetah", "pfrl-acer-cheetah"],
 }
+# ours over peer, paired per round (the ACER suite)
+PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
+              ("ours-acer-cheetah", "pfrl-acer-cheetah")]
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
                    "ours-ddpg": 0.19}
@@ -91,8 +106,10 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
     if name in ABLATIONS:
         env.update(XLA_OFF)
     kind, algo, over = ENTRIES[ABLATIONS.get(name, name)]
+    over = dict(over)
+    env_id = over.pop("env", ENV_ID)
     if kind == "ours":
-        cmd = [sys.executable, "-m", "offpolicy", "bench", algo, "--env", ENV_ID,
+        cmd = [sys.executable, "-m", "offpolicy", "bench", algo, "--env", env_id,
                "--bench-steps", str(steps), "--bench-warmup", str(warmup), "--json"]
         for k, v in over.items():
             flag = (f"--{k[1:]}" if k.startswith(".")
@@ -101,9 +118,12 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
                 cmd += [flag]
             else:
                 cmd += [flag, *map(str, v)] if isinstance(v, tuple) else [flag, str(v)]
+    elif kind == "pfrl":
+        cmd = [peers_python, str(HERE / "peers_pfrl.py"), "throughput", "--env", env_id,
+               "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
     else:
         cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--env",
-               ENV_ID, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
+               env_id, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -119,6 +139,8 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
 def steps_for(name: str, ddpg_steps: int) -> tuple[int, int]:
     """(timed steps, warm-up steps): ACE is 5-70x heavier than DDPG, so it times fewer."""
     name = ABLATIONS.get(name, name)
+    if "acer" in name:  # PFRL's replay starts after 1000 finished-episode steps: warm past it
+        return ddpg_steps, 1100
     if name.startswith("ours-ace-5-2"):
         return max(ddpg_steps // 10, 200), 200
     if name.startswith("ours-ace"):
@@ -160,7 +182,10 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
 
     # the machine the rows were measured on (a summary may be regenerated elsewhere)
     machine = next((r["machine"] for r in rows if r.get("machine")), this_machine())
-    lines = [f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env step", "",
+    title = (f"# Throughput ({suite}): ACER against PFRL 0.4.0, one env, k-step windows, "
+             "replay ratio 4 (CartPole-v1 k 20, HalfCheetah-v5 k 50)" if suite == "acer" else
+             f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env step")
+    lines = [title, "",
              f"Command: `{command}`", "",
              f"Machine: {machine}; date {time.strftime('%Y-%m-%d')}",
              f"Python {platform.python_version()}; rounds: {max(int(r['round']) for r in rows)}"
@@ -198,6 +223,13 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                 lines.append(f"- {peer}, paired per round: "
                              + ", ".join(f"{x:.2f}" for x in pairs)
                              + f" (median {np.median(pairs):.2f}x)")
+    for mine, peer in PEER_PAIRS:
+        pairs = paired_ratios(by, mine, peer, "env_steps_per_s")
+        if pairs:
+            lines += ["", f"{mine} over {peer}, env steps/s paired per round: "
+                      + ", ".join(f"{x:.2f}" for x in pairs)
+                      + f" (median {np.median(pairs):.2f}x; ratio of medians "
+                      f"{med(mine, 'env_steps_per_s') / med(peer, 'env_steps_per_s'):.2f}x)"]
     for mine in ("ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"):
         pairs = paired_ratios(by, mine, "ours-ddpg", "env_steps_per_s")
         if pairs:
@@ -213,6 +245,16 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
         if isinstance(v, dict) and v:
             lines += ["", "Peer versions: " + ", ".join(f"{k} {x}" for k, x in v.items())]
             break
+    if suite == "acer":
+        lines += ["", "ACER updates once per segment plus Poisson(4) replayed windows, not once "
+                  "per env step, so the loop ratio and update-only columns are per update, not "
+                  "per step. PFRL's ACER is asynchronous (one process per env, no batched "
+                  "acting): ours runs --num-envs 1 --batch-size 1 for the comparison; "
+                  "`-envs4` is our default (4 env copies, 16 windows per replayed update)."]
+        text = "\n".join(lines) + "\n"
+        (out_dir / f"throughput_{suite}.md").write_text(text)
+        plot(by, med, out_dir / f"throughput_{suite}.png")
+        return text
     lines += ["", "Bounds (on the CPU): ours-ddpg >= 1.3x SBX and >= 2.0x SB3 (medians, with "
               "the same tanh 400-300 networks); ACE loop ratio >= 0.9 (default or --pipeline "
               "mode); ACE update efficiency >= 0.9x its own GEMMs' (benchmarks/gemm_shapes.py). "
@@ -256,7 +298,7 @@ def plot(by, med, out: Path) -> None:
     ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("per second (log scale), medians")
-    ax.set_title(f"{ENV_ID}, batch 64")
+    ax.set_title("ACER vs PFRL" if any("acer" in n for n in names) else f"{ENV_ID}, batch 64")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

@@ -54,6 +54,9 @@ SUITES = {
     # the ACER issue's acceptance runs (--env CartPole-v1 --steps 300000; --env
     # InvertedPendulum-v5 --steps 200000)
     "acer": ["acer"],
+    # ours (default: 4 env copies, 16 windows per replayed update; and matched to PFRL: one
+    # env, one window) against PFRL 0.4.0's ACER (benchmarks/peers_pfrl.py), CartPole-v1
+    "acer-peers": ["acer", "acer-1env", "pfrl-acer"],
     # the ReF-ER issue's acceptance runs: --env Pendulum-v1 --steps 30000 (naf, ddpg-refer)
     # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
@@ -88,6 +91,7 @@ VARIANTS = {
     "acer-r1": ("acer", ["--replay-ratio", "1"]),
     "acer-r4": ("acer", ["--replay-ratio", "4"]),
     "acer-no-trust-region": ("acer", ["--no-acer.trust-region"]),
+    "acer-1env": ("acer", ["--num-envs", "1", "--batch-size", "1"]),
 }
 
 
@@ -132,7 +136,11 @@ def single_threaded_env() -> dict[str, str]:
 
 def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_python: str,
             log, eval_every: int = 10_000) -> None:
-    if entry.startswith(("sb3-", "sbx-")):
+    if entry.startswith("pfrl-"):
+        cmd = [peers_python, str(HERE / "peers_pfrl.py"), "learn", "--env", env, "--steps",
+               str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--eval-every",
+               str(eval_every), "--eval-episodes", "20"]
+    elif entry.startswith(("sb3-", "sbx-")):
         cmd = [peers_python, str(HERE / "peers.py"), "learn", "--lib", entry[:3], "--env", env,
                "--steps", str(steps), "--seed", str(seed), "--run-dir", str(run_dir),
                "--eval-every", str(eval_every), "--eval-episodes", "20", "--warmup", "64"]

@@ -4,7 +4,9 @@ DDPG on Pendulum-v1 runs in the default suite (about a minute): 20k steps must r
 evaluation return >= -200 (SB3 zoo reports -152 at 20k). The ACE family checks take several
 minutes each and are marked slow (`make test-slow`): final return >= -250 after 20k steps.
 The ReF-ER family (slow): NAF and DDPG with ReF-ER on Pendulum-v1 (30k steps, >= -250),
-V-RACER on InvertedPendulum-v5 (100k steps, >= 900).
+V-RACER on InvertedPendulum-v5 (100k steps, >= 900). ACER: CartPole-v1 in the default suite
+(20k steps, >= 195, Gym's "solved" level for CartPole-v0; about 10 s), and the issue's budgets
+(slow): CartPole-v1 300k steps >= 475, InvertedPendulum-v5 200k steps >= 900.
 """
 
 import pytest
@@ -51,3 +53,16 @@ def test_ddpg_with_refer_learns_pendulum(tmp_path):
 def test_vracer_learns_inverted_pendulum(tmp_path):
     summary = train_pendulum(tmp_path, "vracer", steps=100_000, env="InvertedPendulum-v5")
     assert summary["final_return"] >= 900, summary
+
+
+def test_acer_learns_cartpole(tmp_path):
+    summary = train_pendulum(tmp_path, "acer", steps=20_000, env="CartPole-v1")
+    assert summary["final_return"] >= 195, summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env,steps,threshold", [("CartPole-v1", 300_000, 475),
+                                                 ("InvertedPendulum-v5", 200_000, 900)])
+def test_acer_reaches_the_issue_thresholds(tmp_path, env, steps, threshold):
+    summary = train_pendulum(tmp_path, "acer", steps=steps, env=env)
+    assert summary["final_return"] >= threshold, summary

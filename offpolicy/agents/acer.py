@@ -343,7 +343,7 @@ class ACER:
         params = optax.apply_updates(state["params"], upd)
         # theta_a <- alpha theta_a + (1 - alpha) theta, after every update (Algorithms 2-3)
         average = soft_update(state["average"], params, 1.0 - self.alpha)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), **metrics}
+        metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
         return {"params": params, "average": average, "opt": opt}, metrics, {}
 
     def _project(self, g, k):

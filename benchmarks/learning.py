@@ -71,6 +71,14 @@ SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
                  "acer-continuous": ["kl_average", "trust_region_active"]}
 
 
+# sample efficiency (ACER's Fig. 1 claim): per run, the first evaluation at or above the
+# threshold, and the mean return over all evaluations (the area under the curve over its
+# length); keyed by (suite, env)
+SUITE_THRESHOLDS = {("acer-replay", "CartPole-v1"): 475.0,
+                    ("acer-replay", "LunarLander-v3"): 200.0,
+                    ("acer-peers", "CartPole-v1"): 475.0}
+
+
 # entries that are one of our algorithms with extra flags: (algorithm, flags)
 VARIANTS = {
     # the peers' learning rate (1e-3 for the actor too): like for like with SB3/SBX
@@ -231,8 +239,14 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
             if metric == "kl_mu_pi" and er in means and ref in means:
                 metric_text += (f"Ratio of ReF-ER's to ER's mean KL ({ref} / {er}): "
                                 f"{means[ref] / means[er]:.3g}.\n")
+    threshold = SUITE_THRESHOLDS.get((suite, env))
+    if threshold is not None and groups:
+        metric_text += sample_efficiency(groups, threshold)
+    first = next(iter(groups.values()))[0] if groups else None
+    every = int(read_eval(first)["step"][0]) if first is not None else 10_000
     text = (f"# Learning benchmark: {suite} on {env}\n\nCommand: `{command}`\n\n"
-            "Protocol: evaluation every 10 000 steps, 20 deterministic episodes on a separate "
+            f"Protocol: evaluation every {every:,} steps".replace(",", " ")
+            + ", 20 deterministic episodes on a separate "
             "env; best and final evaluation per run, mean +- standard error over runs. "
             "`steps` is the last step that every run of the row reached.\n\n"
             + (format_table(table_rows(groups)) if groups else "No finished run yet.") + "\n"
@@ -242,6 +256,37 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                  + ".\n")
     (out_dir / f"learning_{name}.md").write_text(text)
     return text
+
+
+def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:
+    """A table of, per entry: how many runs reached ``threshold``, the first evaluation step
+    at which they did (mean +- s.e. over those runs) and the mean return over all of a run's
+    evaluations (mean +- s.e. over runs)."""
+    import numpy as np
+
+    from offpolicy.plotting import read_eval
+
+    def mse(x):
+        x = np.asarray(x, float)
+        se = x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else 0.0
+        return f"{x.mean():.0f} ± {se:.0f}"
+
+    lines = ["", f"Sample efficiency: the first evaluation with return >= {threshold:g}, and "
+             "the mean return over all evaluations (area under the curve over its length).",
+             "", f"| algorithm | runs reaching {threshold:g} | first step reaching it "
+             "(mean ± s.e.) | mean return over evaluations (mean ± s.e.) |",
+             "|---|---:|---:|---:|"]
+    for entry, dirs in groups.items():
+        firsts, means = [], []
+        for d in dirs:
+            e = read_eval(d)
+            hit = np.flatnonzero(np.asarray(e["return_mean"]) >= threshold)
+            if hit.size:
+                firsts.append(e["step"][hit[0]])
+            means.append(float(np.mean(e["return_mean"])))
+        lines.append(f"| {entry} | {len(firsts)} / {len(dirs)} | "
+                     f"{mse(firsts) if firsts else 'not reached'} | {mse(means)} |")
+    return "\n".join(lines) + "\n"
 
 
 def restore_finished(name: str, root: Path, out_dir: Path, steps: int) -> list[str]:

@@ -250,7 +250,12 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                   "per env step, so the loop ratio and update-only columns are per update, not "
                   "per step. PFRL's ACER is asynchronous (one process per env, no batched "
                   "acting): ours runs --num-envs 1 --batch-size 1 for the comparison; "
-                  "`-envs4` is our default (4 env copies, 16 windows per replayed update)."]
+                  "`-envs4` is our default (4 env copies, 16 windows per replayed update). "
+                  "PFRL's torch runs one thread (peers_pfrl.py, as in the learning driver); "
+                  "ours runs XLA's default threads, so on these 2 cores ours could gain at most "
+                  "2x from threads. Both sides: the same 128-128 ReLU networks, k, c, delta, "
+                  "alpha and optimiser (the differences PFRL cannot express are listed in "
+                  "benchmarks/peers_pfrl.py)."]
         text = "\n".join(lines) + "\n"
         (out_dir / f"throughput_{suite}.md").write_text(text)
         plot(by, med, out_dir / f"throughput_{suite}.png")

@@ -68,20 +68,14 @@ the updates made after steps ``warmup + 1 .. k - 1``.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import math
-import os
-import platform
-import sys
 import time
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
+import peer_common as pc
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
@@ -89,8 +83,6 @@ from stable_baselines3.common.noise import OrnsteinUhlenbeckActionNoise
 
 Lib = Literal["sb3", "sbx"]
 LIBS: tuple[Lib, ...] = ("sb3", "sbx")
-EVAL_HEADER = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
-EVAL_SEED_OFFSET = 10_000
 DISTRIBUTIONS = (
     "stable_baselines3",
     "sbx-rl",
@@ -123,17 +115,6 @@ class DDPGConfig:
     ou_sigma: float = 0.2
     ou_dt: float = 1e-2  # SB3 default, as in Lillicrap et al. / DeepRL
     device: str = "cpu"
-
-
-def versions() -> dict[str, str | None]:
-    """Installed versions of the relevant distributions (no imports needed)."""
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for dist in DISTRIBUTIONS:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
 
 
 def make_model(lib: Lib, env: gym.Env[Any, Any], cfg: DDPGConfig, warmup: int,
@@ -190,26 +171,12 @@ def make_model(lib: Lib, env: gym.Env[Any, Any], cfg: DDPGConfig, warmup: int,
 
 def runtime_info(lib: Lib) -> dict[str, Any]:
     """Threading / device facts that affect timings."""
-    info: dict[str, Any] = {
-        "torch_threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-    }
+    info = pc.runtime_info()
     if lib == "sbx":
         import jax
 
         info["jax_devices"] = [str(d) for d in jax.devices()]
     return info
-
-
-def emit(obj: dict[str, Any]) -> None:
-    """Print the result object as the last line of stdout."""
-    sys.stdout.flush()
-    print(json.dumps(obj), flush=True)
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- throughput
@@ -260,7 +227,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     t1 = time.perf_counter()
     assert clock.t_warm is not None and clock.t_steady is not None and clock.t_end is not None
     seconds = clock.t_end - clock.t_warm
-    emit(
+    pc.emit(
         {
             "lib": lib,
             "algo": "ddpg",
@@ -276,7 +243,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
             "learning_rate": cfg.learning_rate,
             "config": asdict(cfg),
             **runtime_info(lib),
-            "versions": versions(),
+            "versions": pc.versions(DISTRIBUTIONS),
         }
     )
 
@@ -287,17 +254,8 @@ def cmd_throughput(args: argparse.Namespace) -> None:
 def evaluate(model: BaseAlgorithm, env: gym.Env[Any, Any], episodes: int,
              seed_base: int) -> np.ndarray:
     """Undiscounted returns of ``episodes`` deterministic (noise-free) episodes."""
-    returns = np.empty(episodes, dtype=np.float64)
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed_base + i)
-        total, done = 0.0, False
-        while not done:
-            action, _ = model.predict(obs, deterministic=True)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
-            done = bool(terminated or truncated)
-        returns[i] = total
-    return returns
+    return pc.evaluate(env, episodes, seed_base,
+                       lambda obs: model.predict(obs, deterministic=True)[0])
 
 
 class _EvalCallback(BaseCallback):
@@ -329,81 +287,26 @@ class _EvalCallback(BaseCallback):
         n = self.num_timesteps
         if n % self.eval_every == 0 or n == self.total_steps:
             returns = evaluate(self.model, self.eval_env, self.episodes, self.seed_base)
-            mean, std = float(returns.mean()), float(returns.std(ddof=0))
             wall = time.perf_counter() - self.t_start
-            row = [n, mean, std, std / math.sqrt(self.episodes), self.episodes, wall]
-            with self.csv_path.open("a", newline="") as f:
-                csv.writer(f).writerow(row)
-                f.flush()
-                os.fsync(f.fileno())
+            mean, std = pc.record_eval(self.csv_path, n, returns, wall)
             self.means.append(mean)
-            log(f"[{n}] return {mean:.1f} +- {std:.1f}  ({wall:.0f}s)")
+            pc.log(f"[{n}] return {mean:.1f} +- {std:.1f}  ({wall:.0f}s)")
         return True
-
-
-def read_eval_csv(path: Path) -> list[dict[str, float]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def cmd_learn(args: argparse.Namespace) -> None:
     cfg = DDPGConfig()
     lib: Lib = args.lib
     run_dir = Path(args.run_dir)
-    csv_path = run_dir / "eval.csv"
     if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0:
         raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0")
 
-    settings: dict[str, Any] = {
-        "lib": lib,
-        "algo": "ddpg",
-        "env": args.env,
-        "seed": args.seed,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "eval_every": args.eval_every,
-        "eval_episodes": args.eval_episodes,
-        "eval_seed_base": args.seed + EVAL_SEED_OFFSET,
-        "ddpg": asdict(cfg),
-    }
-    settings = json.loads(json.dumps(settings))  # tuples -> lists, as stored in config.json
-
-    rows = read_eval_csv(csv_path)
-    if rows and int(rows[-1]["step"]) == args.steps:
-        old = run_dir / "config.json"
-        if old.exists():
-            prev = json.loads(old.read_text()).get("settings", {})
-            diff = {k: (prev.get(k), v) for k, v in settings.items() if prev.get(k) != v}
-            if diff:
-                raise SystemExit(f"{run_dir} holds a finished run with other settings: {diff}")
-        means = [r["return_mean"] for r in rows]
-        emit(
-            {
-                "lib": lib,
-                "seed": args.seed,
-                "final_return": means[-1],
-                "best_return": max(means),
-                "run_dir": str(run_dir),
-                "seconds": rows[-1]["wall_time"],
-                "skipped": True,
-            }
-        )
+    settings = pc.learn_settings(lib, "ddpg", args, asdict(cfg))
+    if pc.skip_finished(run_dir, settings, args.steps, lib, args.seed):
         return
 
     # Fresh start (a partial eval.csv from a killed run is discarded: no model checkpoint).
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config = {
-        "settings": settings,
-        "versions": versions(),
-        **runtime_info(lib),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "argv": sys.argv,
-    }
-    (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    with csv_path.open("w", newline="") as f:
-        csv.writer(f).writerow(EVAL_HEADER)
+    csv_path = pc.start_run(run_dir, settings, pc.versions(DISTRIBUTIONS), runtime_info(lib))
 
     env = gym.make(args.env)
     eval_env = gym.make(args.env)
@@ -414,56 +317,38 @@ def cmd_learn(args: argparse.Namespace) -> None:
         args.eval_every,
         args.eval_episodes,
         args.steps,
-        args.seed + EVAL_SEED_OFFSET,
+        args.seed + pc.EVAL_SEED_OFFSET,
     )
     t0 = time.perf_counter()
     model.learn(total_timesteps=args.steps, callback=callback)
     seconds = time.perf_counter() - t0
-    emit(
-        {
-            "lib": lib,
-            "seed": args.seed,
-            "final_return": callback.means[-1] if callback.means else None,
-            "best_return": max(callback.means) if callback.means else None,
-            "run_dir": str(run_dir),
-            "seconds": seconds,
-            "skipped": False,
-        }
-    )
+    pc.emit({**pc.learn_summary(lib, args.seed, callback.means, run_dir, seconds),
+             "skipped": False})
 
 
 # --------------------------------------------------------------------------- CLI
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True)
-
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--lib", choices=LIBS, required=True)
         p.add_argument("--env", default="HalfCheetah-v5")
         p.add_argument("--seed", type=int, default=0)
 
-    tp = sub.add_parser("throughput", help="env steps/s of DDPG after warm-up")
-    common(tp)
-    tp.add_argument("--steps", type=int, required=True, help="timed post-warm-up steps")
-    tp.add_argument("--warmup", type=int, default=1000, help="untimed random-action steps")
-    tp.set_defaults(func=cmd_throughput)
-
-    lp = sub.add_parser("learn", help="train DDPG with periodic deterministic evaluation")
-    common(lp)
-    lp.add_argument("--steps", type=int, default=100_000)
-    lp.add_argument("--run-dir", required=True)
-    lp.add_argument("--eval-every", type=int, default=10_000)
-    lp.add_argument("--eval-episodes", type=int, default=20)
-    lp.add_argument("--warmup", type=int, default=10_000)
-    lp.set_defaults(func=cmd_learn)
-    return parser
+    return pc.build_parser(
+        __doc__,
+        common,
+        cmd_throughput=cmd_throughput,
+        throughput_help="env steps/s of DDPG after warm-up",
+        throughput_warmup_help="untimed random-action steps",
+        cmd_learn=cmd_learn,
+        learn_help="train DDPG with periodic deterministic evaluation",
+        learn_warmup=dict(default=10_000),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    args.func(args)
+    pc.run_cli(build_parser(), argv)
 
 
 if __name__ == "__main__":

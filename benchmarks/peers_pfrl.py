@@ -128,27 +128,21 @@ Differences that remain (cannot be expressed with PFRL's ACER without patching i
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
-import json
-import math
 import os
-import platform
 import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import peer_common as pc
 import torch
 from torch import nn
 
-EVAL_HEADER = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
-EVAL_SEED_OFFSET = 10_000
 DISTRIBUTIONS = ("pfrl", "torch", "gymnasium", "mujoco", "numpy", "gym")
 
 
@@ -235,21 +229,9 @@ def settings_for(env: gym.Env[Any, Any], args: argparse.Namespace) -> ACERSettin
     return replace(s, **over)
 
 
-def versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for dist in DISTRIBUTIONS:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def runtime_info() -> dict[str, Any]:
     return {
-        "torch_threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
+        **pc.runtime_info(),
         "gym_shim": "gym" in sys.modules and sys.modules["gym"] is gym,
     }
 
@@ -457,15 +439,6 @@ def setup(seed: int) -> None:
     pfrl.utils.set_random_seed(seed)
 
 
-def emit(obj: dict[str, Any]) -> None:
-    sys.stdout.flush()
-    print(json.dumps(obj), flush=True)
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- throughput
 
 
@@ -489,7 +462,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     t_end = time.perf_counter()
     updates = updates_made(agent) - u0
     seconds = t_end - t_warm
-    emit(
+    pc.emit(
         {
             "lib": "pfrl",
             "algo": "acer",
@@ -507,7 +480,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
             "total_seconds": t_end - t0,
             "config": asdict(s),
             **runtime_info(),
-            "versions": versions(),
+            "versions": pc.versions(DISTRIBUTIONS),
         }
     )
 
@@ -518,85 +491,25 @@ def cmd_throughput(args: argparse.Namespace) -> None:
 def evaluate(agent: Any, env: gym.Env[Any, Any], episodes: int, seed_base: int) -> np.ndarray:
     """Undiscounted returns of ``episodes`` deterministic episodes (PFRL's eval mode:
     argmax / Gaussian mean); the training episode in progress is left untouched."""
-    returns = np.empty(episodes, dtype=np.float64)
     with agent.eval_mode():
-        for i in range(episodes):
-            obs, _ = env.reset(seed=seed_base + i)
-            total, done = 0.0, False
-            while not done:
-                action = agent.act(obs)
-                obs, reward, terminated, truncated, _ = env.step(
-                    env_action(env.action_space, action))
-                agent.observe(obs, float(reward), bool(terminated), bool(truncated))
-                total += float(reward)
-                done = bool(terminated or truncated)
-            returns[i] = total
-    return returns
-
-
-def read_eval_csv(path: Path) -> list[dict[str, float]]:
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return pc.evaluate(env, episodes, seed_base,
+                           lambda obs: env_action(env.action_space, agent.act(obs)),
+                           agent.observe)
 
 
 def cmd_learn(args: argparse.Namespace) -> None:
     run_dir = Path(args.run_dir)
-    csv_path = run_dir / "eval.csv"
     if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0 or args.warmup < 0:
         raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0, --warmup >= 0")
     env = gym.make(args.env)
     s = settings_for(env, args)
-    settings: dict[str, Any] = {
-        "lib": "pfrl",
-        "algo": "acer",
-        "env": args.env,
-        "seed": args.seed,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "eval_every": args.eval_every,
-        "eval_episodes": args.eval_episodes,
-        "eval_seed_base": args.seed + EVAL_SEED_OFFSET,
-        "acer": asdict(s),
-    }
-    settings = json.loads(json.dumps(settings))  # tuples -> lists, as stored in config.json
-
-    rows = read_eval_csv(csv_path)
-    if rows and int(rows[-1]["step"]) == args.steps:
-        old = run_dir / "config.json"
-        if old.exists():
-            prev = json.loads(old.read_text()).get("settings", {})
-            diff = {k: (prev.get(k), v) for k, v in settings.items() if prev.get(k) != v}
-            if diff:
-                raise SystemExit(f"{run_dir} holds a finished run with other settings: {diff}")
-        means = [r["return_mean"] for r in rows]
-        emit(
-            {
-                "lib": "pfrl",
-                "seed": args.seed,
-                "final_return": means[-1],
-                "best_return": max(means),
-                "run_dir": str(run_dir),
-                "seconds": rows[-1]["wall_time"],
-                "skipped": True,
-            }
-        )
+    settings = pc.learn_settings("pfrl", "acer", args, asdict(s))
+    if pc.skip_finished(run_dir, settings, args.steps, "pfrl", args.seed):
         return
 
     # Fresh start (a partial eval.csv from a killed run is discarded: no checkpoint).
     setup(args.seed)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config = {
-        "settings": settings,
-        "versions": versions(),
-        **runtime_info(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "argv": sys.argv,
-    }
-    (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    with csv_path.open("w", newline="") as f:
-        csv.writer(f).writerow(EVAL_HEADER)
+    csv_path = pc.start_run(run_dir, settings, pc.versions(DISTRIBUTIONS), runtime_info())
 
     eval_env = gym.make(args.env)
     agent = build_agent(env, s)
@@ -610,29 +523,20 @@ def cmd_learn(args: argparse.Namespace) -> None:
         if n == args.warmup:
             set_warmup(agent, s, False)
         if n % args.eval_every == 0 or n == args.steps:
-            returns = evaluate(agent, eval_env, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
-            mean, std = float(returns.mean()), float(returns.std(ddof=0))
+            returns = evaluate(agent, eval_env, args.eval_episodes,
+                               args.seed + pc.EVAL_SEED_OFFSET)
             wall = time.perf_counter() - t0
-            row = [n, mean, std, std / math.sqrt(args.eval_episodes), args.eval_episodes, wall]
-            with csv_path.open("a", newline="") as f:
-                csv.writer(f).writerow(row)
-                f.flush()
-                os.fsync(f.fileno())
+            mean, std = pc.record_eval(csv_path, n, returns, wall)
             means.append(mean)
-            log(f"[{n}] return {mean:.1f} +- {std:.1f}  updates {updates_made(agent)}  "
+            pc.log(f"[{n}] return {mean:.1f} +- {std:.1f}  updates {updates_made(agent)}  "
                 f"replay {len(agent.replay_buffer)}  ({wall:.0f}s)")
     seconds = time.perf_counter() - t0
-    emit(
+    pc.emit(
         {
-            "lib": "pfrl",
-            "seed": args.seed,
-            "final_return": means[-1] if means else None,
-            "best_return": max(means) if means else None,
-            "run_dir": str(run_dir),
-            "seconds": seconds,
+            **pc.learn_summary("pfrl", args.seed, means, run_dir, seconds),
             "updates": updates_made(agent),
             "skipped": False,
-            "versions": versions(),
+            "versions": pc.versions(DISTRIBUTIONS),
         }
     )
 
@@ -641,9 +545,6 @@ def cmd_learn(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", required=True)
-
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--lib", choices=("pfrl",), default="pfrl", help="(only pfrl)")
         p.add_argument("--env", default="CartPole-v1")
@@ -665,27 +566,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="discrete: trust region on probabilities (default, ours) or on "
                             "logits (PFRL's SoftmaxCategoricalHead)")
 
-    tp = sub.add_parser("throughput", help="env steps/s of ACER after warm-up, learning on")
-    common(tp)
-    tp.add_argument("--steps", type=int, required=True, help="timed post-warm-up steps")
-    tp.add_argument("--warmup", type=int, default=1000, help="untimed steps (learning on)")
-    tp.set_defaults(func=cmd_throughput)
-
-    lp = sub.add_parser("learn", help="train ACER with periodic deterministic evaluation")
-    common(lp)
-    lp.add_argument("--steps", type=int, default=100_000)
-    lp.add_argument("--run-dir", required=True)
-    lp.add_argument("--eval-every", type=int, default=10_000)
-    lp.add_argument("--eval-episodes", type=int, default=20)
-    lp.add_argument("--warmup", type=int, default=0,
-                    help="first steps without any update (acting with the initial policy)")
-    lp.set_defaults(func=cmd_learn)
-    return parser
+    return pc.build_parser(
+        __doc__,
+        common,
+        cmd_throughput=cmd_throughput,
+        throughput_help="env steps/s of ACER after warm-up, learning on",
+        throughput_warmup_help="untimed steps (learning on)",
+        cmd_learn=cmd_learn,
+        learn_help="train ACER with periodic deterministic evaluation",
+        learn_warmup=dict(
+            default=0, help="first steps without any update (acting with the initial policy)"
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    args.func(args)
+    pc.run_cli(build_parser(), argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,228 @@
+"""Machinery shared by the peer scripts ``peers.py`` (SB3/SBX DDPG) and ``peers_pfrl.py``
+(PFRL ACER): the JSON result line and stderr log, library versions, the deterministic
+evaluation episodes, ``DIR/eval.csv`` (written row by row, read back, the skip of a finished
+run) and ``DIR/config.json``, and the command-line options both ``learn`` / ``throughput``
+subcommands take.
+
+Imported by those scripts (their directory is on ``sys.path`` when run as
+``python benchmarks/peers.py ...``).  It imports no RL library or torch at module level, so
+``peers_pfrl.py`` can still alias ``gym`` to Gymnasium before PFRL is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EVAL_HEADER = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
+EVAL_SEED_OFFSET = 10_000
+EVAL_CSV = "eval.csv"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def emit(obj: dict[str, Any]) -> None:
+    """Print the result object as the last line of stdout."""
+    sys.stdout.flush()
+    print(json.dumps(obj), flush=True)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def versions(distributions: Iterable[str]) -> dict[str, str | None]:
+    """Installed versions of ``distributions`` (no imports needed), after Python's."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in distributions:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def runtime_info() -> dict[str, Any]:
+    """Threading / platform facts that affect timings (both peers run torch)."""
+    import torch
+
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(
+    env: Any,
+    episodes: int,
+    seed_base: int,
+    act: Callable[[Any], Any],
+    observe: Callable[[Any, float, bool, bool], Any] | None = None,
+) -> np.ndarray:
+    """Undiscounted returns of ``episodes`` episodes on ``env``, episode ``i`` reset with
+    ``seed_base + i``; ``act(obs)`` gives the env action, ``observe(obs, reward, terminated,
+    truncated)`` (if given) is called after every step."""
+    returns = np.empty(episodes, dtype=np.float64)
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed_base + i)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
+            if observe is not None:
+                observe(obs, float(reward), bool(terminated), bool(truncated))
+            total += float(reward)
+            done = bool(terminated or truncated)
+        returns[i] = total
+    return returns
+
+
+def record_eval(csv_path: Path, step: int, returns: np.ndarray,
+                wall: float) -> tuple[float, float]:
+    """Append the row of one evaluation to ``eval.csv`` (flushed and synced, so a killed run
+    keeps its partial curve); returns the mean and (population) std of ``returns``."""
+    episodes = len(returns)
+    mean, std = float(returns.mean()), float(returns.std(ddof=0))
+    row = [step, mean, std, std / math.sqrt(episodes), episodes, wall]
+    with csv_path.open("a", newline="") as f:
+        csv.writer(f).writerow(row)
+        f.flush()
+        os.fsync(f.fileno())
+    return mean, std
+
+
+def read_eval_csv(path: Path) -> list[dict[str, float]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+# --------------------------------------------------------------------------- learn runs
+
+
+def learn_settings(lib: str, algo: str, args: argparse.Namespace,
+                   hyper: dict[str, Any]) -> dict[str, Any]:
+    """The run's settings as stored in ``config.json`` (and compared there on a skip), the
+    hyper-parameters ``hyper`` under the key ``algo``."""
+    settings: dict[str, Any] = {
+        "lib": lib,
+        "algo": algo,
+        "env": args.env,
+        "seed": args.seed,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "eval_every": args.eval_every,
+        "eval_episodes": args.eval_episodes,
+        "eval_seed_base": args.seed + EVAL_SEED_OFFSET,
+        algo: hyper,
+    }
+    return json.loads(json.dumps(settings))  # tuples -> lists, as stored in config.json
+
+
+def learn_summary(lib: str, seed: int, means: list[float], run_dir: Path,
+                  seconds: float) -> dict[str, Any]:
+    """The leading keys of ``learn``'s result object (the caller adds ``skipped`` etc.)."""
+    return {
+        "lib": lib,
+        "seed": seed,
+        "final_return": means[-1] if means else None,
+        "best_return": max(means) if means else None,
+        "run_dir": str(run_dir),
+        "seconds": seconds,
+    }
+
+
+def skip_finished(run_dir: Path, settings: dict[str, Any], steps: int, lib: str,
+                  seed: int) -> bool:
+    """If ``run_dir/eval.csv`` already holds the final step, emit the skipped run's result
+    and return True (exit if its ``config.json`` records other settings)."""
+    rows = read_eval_csv(run_dir / EVAL_CSV)
+    if not rows or int(rows[-1]["step"]) != steps:
+        return False
+    old = run_dir / "config.json"
+    if old.exists():
+        prev = json.loads(old.read_text()).get("settings", {})
+        diff = {k: (prev.get(k), v) for k, v in settings.items() if prev.get(k) != v}
+        if diff:
+            raise SystemExit(f"{run_dir} holds a finished run with other settings: {diff}")
+    means = [r["return_mean"] for r in rows]
+    emit({**learn_summary(lib, seed, means, run_dir, rows[-1]["wall_time"]), "skipped": True})
+    return True
+
+
+def start_run(run_dir: Path, settings: dict[str, Any], lib_versions: dict[str, str | None],
+              runtime: dict[str, Any]) -> Path:
+    """Fresh start: write ``config.json`` and the header of ``eval.csv`` (a partial one from a
+    killed run is discarded: no checkpoint); returns the path of ``eval.csv``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "settings": settings,
+        "versions": lib_versions,
+        **runtime,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv,
+    }
+    (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    csv_path = run_dir / EVAL_CSV
+    with csv_path.open("w", newline="") as f:
+        csv.writer(f).writerow(EVAL_HEADER)
+    return csv_path
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser(
+    doc: str | None,
+    add_common: Callable[[argparse.ArgumentParser], None],
+    *,
+    cmd_throughput: Callable[[argparse.Namespace], None],
+    throughput_help: str,
+    throughput_warmup_help: str,
+    cmd_learn: Callable[[argparse.Namespace], None],
+    learn_help: str,
+    learn_warmup: dict[str, Any],
+) -> argparse.ArgumentParser:
+    """The ``throughput`` / ``learn`` command line: ``add_common`` adds each peer's own
+    options to both subcommands, ``learn_warmup`` holds the keywords of ``learn --warmup``
+    (its default and meaning differ per peer)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tp = sub.add_parser("throughput", help=throughput_help)
+    add_common(tp)
+    tp.add_argument("--steps", type=int, required=True, help="timed post-warm-up steps")
+    tp.add_argument("--warmup", type=int, default=1000, help=throughput_warmup_help)
+    tp.set_defaults(func=cmd_throughput)
+
+    lp = sub.add_parser("learn", help=learn_help)
+    add_common(lp)
+    lp.add_argument("--steps", type=int, default=100_000)
+    lp.add_argument("--run-dir", required=True)
+    lp.add_argument("--eval-every", type=int, default=10_000)
+    lp.add_argument("--eval-episodes", type=int, default=20)
+    lp.add_argument("--warmup", type=int, **learn_warmup)
+    lp.set_defaults(func=cmd_learn)
+    return parser
+
+
+def run_cli(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
+    args = parser.parse_args(argv)
+    args.func(args)

@@ -91,6 +91,11 @@ class TrainConfig:
         False, "ReF-ER App. B: standardise states with the mean/std of replay at the first "
         "update and scale rewards by 1/sqrt(mean r^2 over replay), recomputed every 1000 "
         "updates (stored return targets are rescaled with it)")
+    discretize: int = _f(
+        0, "--discretize K: every continuous action dimension (also inside a Tuple/Dict) "
+        "becomes K evenly spaced levels in [-1, 1] of the agent's box, e.g. K = 5: "
+        "{-1, -0.5, 0, 0.5, 1}; 0 = off, else K >= 2; no effect without continuous actions",
+        ge=0)
     normalize_obs: bool = _f(False, "normalise observations with running mean/std")
     normalize_reward: bool = _f(False, "scale rewards by the running std of the return")
     save_replay: bool = _f(True, "include the replay buffer in checkpoints (needed to resume)")
@@ -226,6 +231,50 @@ class ACERConfig:
                          "then covers the mean and the std)")
     sdn_samples: int = _f(5, "continuous: n, the samples u_i ~ pi of the stochastic dueling "
                           "network (Eq. 13)", ge=1)
+
+
+@dataclass
+class AQLConfig:
+    """Amortized Q-learning (Van de Wiele et al. 2020) and its baselines: the argmax of Q over
+    N proposal samples and M uniform samples (AQL), over uniform samples only (Uniform-Q), by
+    the cross-entropy method (QT-Opt) or over every action (exact Q)."""
+
+    search: str = _f("proposal", "how the argmax over actions is searched: proposal (AQL: N "
+                     "samples of the learned proposal + M uniform ones), uniform (Uniform-Q), "
+                     "cem (QT-Opt's cross-entropy method), exact (every action enumerated)",
+                     choices=("proposal", "uniform", "cem", "exact"))
+    autoregressive: bool = _f(True, "the proposal conditions sub-action d on sub-actions < d "
+                              "(False: independent sub-actions, App. A3)")
+    proposal_samples: int = _f(100, "N, actions drawn from the proposal per state", ge=1)
+    uniform_samples: int = _f(400, "M, actions drawn uniformly per state", ge=1)
+    proposal_std: float = _f(0.5, "std of a continuous sub-action's Gaussian proposal (the "
+                             "paper's fixed variance 0.25)", gt=0)
+    entropy_weight: float = _f(0.01, "lambda of the proposal loss -log mu(a*|s) - lambda H "
+                               "(Eq. 3; the paper gives no value)", ge=0)
+    cem_samples: int = _f(100, "QT-Opt: samples per CEM iteration (uniform at first)", ge=2)
+    cem_elites: int = _f(10, "QT-Opt: the best samples a Gaussian per sub-action is fit to",
+                         ge=1)
+    cem_iterations: int = _f(3, "QT-Opt: CEM iterations", ge=1)
+    exact_limit: int = _f(20_000, "exact Q: refuse action sets larger than this", ge=1)
+    hybrid_embedding: str = _f("chosen", "a parameterised hybrid action enters Q as the one-hot "
+                               "of the choice plus only that choice's parameter (chosen) or "
+                               "with every parameter (full)", choices=("chosen", "full"))
+    hidden: tuple[int, ...] = _f((256, 256), "Q network: the state layers, the last one also "
+                                 "taking the action embedding")
+    proposal_hidden: tuple[int, ...] = _f((256,), "the proposal's state features")
+    activation: str = _f("relu", "hidden activation", choices=("tanh", "relu", "softsign"))
+    q_lr: float = _f(2e-4, "Adam step size of the Q network (App. A2)", gt=0)
+    proposal_lr: float = _f(2e-4, "Adam step size of the proposal (App. A2)", gt=0)
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    lambda_: float = _f(0.8, "lambda of Peng's Q(lambda) over the unroll (App. A2)", ge=0, le=1)
+    unroll_length: int = _f(30, "T, the length of the unrolls the update learns from", ge=1)
+    target_update_every: int = _f(0, "copy Q to a target network every this many updates (0: "
+                                  "no target network, the paper's choice)", ge=0)
+    epsilon: float = _f(0.05, "epsilon-greedy exploration of most env copies", ge=0, le=1)
+    explore_epsilon: float = _f(0.5, "epsilon of the first explore_fraction of env copies "
+                                "(App. A2: the first 10 of 100 actors)", ge=0, le=1)
+    explore_fraction: float = _f(0.1, "fraction of env copies (rounded down) that explore with "
+                                 "explore_epsilon", ge=0, le=1)
 
 
 # ---------------------------------------------------------------------- generic helpers

@@ -18,6 +18,7 @@ from offpolicy.errors import OffpolicyError, did_you_mean
 
 DMC_PREFIX = "dm_control/"
 ATARI_PREFIX = "ALE/"
+OFFPOLICY_PREFIX = "offpolicy/"  # the library's own envs (offpolicy/Platform-v0)
 # DQN / A3C / ACER preprocessing (Mnih et al. 2015, Methods; Wang et al. 2017, Sec. 4)
 ATARI_NOOP_MAX = 30
 ATARI_FRAME_SKIP = 4
@@ -126,9 +127,12 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     (v5's default is 0.25, Machado et al. 2018; pass ``repeat_action_probability=0.25`` to
     get it). Any other 3-D uint8 Box observation is kept as frames too; every other Box, Dict
     or Tuple observation is flattened. The env checker is disabled: it costs time on every
-    step and the library validates spaces itself.
+    step and the library validates spaces itself. ``offpolicy/`` ids are the library's own envs
+    (``offpolicy/Platform-v0``: :mod:`offpolicy.envs.platform`), registered on first use.
     """
     given = env_id
+    if env_id.startswith(OFFPOLICY_PREFIX):
+        import offpolicy.envs.platform  # noqa: F401  (registers offpolicy/Platform-v0)
     if env_id.startswith(ATARI_PREFIX):
         try:
             import ale_py  # registers the ALE/ ids; ships the ROMs
@@ -203,8 +207,10 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     return env
 
 
-def action_spec(env: gym.Env) -> ActionSpec:
-    return ActionSpec.from_gym(env.action_space)
+def action_spec(env: gym.Env, discretize: int = 0) -> ActionSpec:
+    """The env's action spec; ``discretize`` K >= 2 turns every continuous dimension into K
+    levels (:meth:`ActionSpec.discretized`: the env itself is left as it is)."""
+    return ActionSpec.from_gym(env.action_space).discretized(discretize)
 
 
 def observation_shape(env: gym.Env) -> tuple[int, ...]:

@@ -90,7 +90,7 @@ class Run:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         # Everything that can fail on bad input happens before the run directory exists.
         probe = make_env(tc.env, tc.seed)
-        self.spec = action_spec(probe)
+        self.spec = action_spec(probe, tc.discretize)  # every env steps through it
         self.obs_shape = observation_shape(probe)
         self.obs_dtype = observation_dtype(probe)  # uint8 frames stay uint8 in replay
         image = is_image_space(probe.observation_space)

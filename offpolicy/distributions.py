@@ -884,7 +884,7 @@ class Proposal:
             shape = features.shape[:-1] + (num_samples,)
             keys = jax.random.split(key, self.num_sub_actions)
         prefix = jnp.zeros(shape + (0,), jnp.float32)
-        values, log_prob, entropy = [], jnp.zeros(shape), jnp.zeros(shape)
+        values, log_prob, entropies = [], jnp.zeros(shape), []
         for d in range(self.num_sub_actions):
             state_part = (features @ params[d]["state"])[..., None, :]
             stats = self._stats(params, d, state_part, prefix)
@@ -898,10 +898,10 @@ class Proposal:
                 value = jnp.clip(stats[..., 0] + self.std * noise, -1.0, 1.0)
             values.append(value)
             log_prob = log_prob + self._log_prob_d(d, stats, value)
-            entropy = entropy + self._entropy_d(d, stats)
+            entropies.append(self._entropy_d(d, stats))
             if self.autoregressive:
                 prefix = jnp.concatenate([prefix, self._encode(d, value)], axis=-1)
-        return jnp.stack(values, axis=-1), log_prob, entropy
+        return jnp.stack(values, axis=-1), log_prob, jnp.stack(entropies, axis=-1)
 
     def sample(self, params, features: jax.Array, key: jax.Array, num_samples: int
                ) -> tuple[jax.Array, jax.Array]:
@@ -917,6 +917,10 @@ class Proposal:
         """The sum over d of the conditional entropies H(mu_d(.|s, a_<d)) along the prefixes of
         ``actions`` [..., S, D] -> [..., S]: the entropy term of AQL's proposal loss (Eq. 3) for
         an autoregressive proposal (for an independent one it is the exact entropy H(mu))."""
+        return jnp.sum(self._walk(params, features, actions=actions)[2], axis=-1)
+
+    def entropies(self, params, features: jax.Array, actions: jax.Array) -> jax.Array:
+        """The conditional entropies H(mu_d(.|s, a_<d)) one by one, [..., S, D]."""
         return self._walk(params, features, actions=actions)[2]
 
     def probabilities(self, params, features: jax.Array, actions: jax.Array

@@ -56,6 +56,12 @@ _NAF_PRESETS = {"paper": {"lr": 1e-4, "activation": "softsign", "tau": 0.01,
                           "train": {"buffer_size": 2**18}}}
 _ACE_PRESETS = {"paper": {}, "n10-d1": {"num_actors": 10}, "n5-d2": {"plan_depth": 2}}
 _CONT = ("continuous",)
+_ALL_KINDS = ("continuous", "discrete", "multi_discrete", "hybrid")
+_DISCRETE_KINDS = ("discrete", "multi_discrete", "hybrid")
+# AQL (App. A2): unrolls of 30 steps, 32 per batch; one update per 8 env steps, each unroll
+# step learned from about 120 times (the paper: 100 actors feed one learner; see aql.md)
+_AQL_TRAIN = {"batch_size": 32, "updates_per_step": 0.125}
+_AQL_PRESETS = {"paper": {}, "small": {"hidden": (64, 64), "proposal_hidden": (64,)}}
 # ACER (Wang et al. 2017): Algorithm 1's cadence over K env copies, k-step windows; the
 # papers' setups: Atari (Sec. 4: k 20, c 10, alpha 0.99, 16 threads with 50 000-frame memories)
 # and MuJoCo (Sec. 6: k 50, c 5, alpha 0.995, replay only, 5 000-frame memories per thread)
@@ -95,6 +101,20 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
               "ACER: Retrace, truncated IS with bias correction, efficient trust region, SDN",
               presets=_ACER_PRESETS, train_overrides=_ACER_TRAIN,
               train_fields=("segment_length",)),
+    Algorithm("aql", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _ALL_KINDS,
+              "Amortized Q-learning: argmax over N proposal + M uniform samples",
+              presets=_AQL_PRESETS, train_overrides=_AQL_TRAIN),
+    Algorithm("uniform-q", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _ALL_KINDS,
+              "Q-learning with the argmax over M uniform samples (AQL's ablation)",
+              overrides={"search": "uniform"}, presets=_AQL_PRESETS,
+              train_overrides=_AQL_TRAIN),
+    Algorithm("qt-opt", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _ALL_KINDS,
+              "Q-learning with the argmax by the cross-entropy method (QT-Opt)",
+              overrides={"search": "cem"}, presets=_AQL_PRESETS, train_overrides=_AQL_TRAIN),
+    Algorithm("exact-q", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _DISCRETE_KINDS,
+              "Q-learning with the exact argmax over every action (small action sets)",
+              overrides={"search": "exact"}, presets=_AQL_PRESETS,
+              train_overrides=_AQL_TRAIN),
     Algorithm("ensemble-ddpg", "ace", C.ACEConfig, "offpolicy.agents.ace:ACE", _CONT,
               "ACE without tree search (d=0): N actors, argmax over the critic",
               overrides={"plan_depth": 0}, presets={"paper": {}}),

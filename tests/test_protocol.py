@@ -32,15 +32,21 @@ def toy_pg_registered():
         registry.ALGORITHMS.pop("toy-pg")
 
 TINY = {"ddpg": {"hidden": (16, 16)}, "ace": {"encoder_size": 16, "hidden": 16,
-                                               "num_actors": 3}}
+                                               "num_actors": 3},
+        "aql": {"hidden": (16, 16), "proposal_hidden": (16,), "proposal_samples": 4,
+                "uniform_samples": 4, "unroll_length": 4},
+        "acer": {"hidden": (16,)}}
 
 
 def _tiny(algo, **train):
-    section = registry.get(algo).section
+    spec = registry.get(algo)
+    # Pendulum for all; discretized (5 levels) for agents that take no continuous actions
+    if "continuous" not in spec.action_kinds:
+        train = {"discretize": 5, **train}
     return registry.resolve(
         algo, train_overrides={"env": "Pendulum-v1", "batch_size": 8, "eval_episodes": 1,
                                "quiet": True, **train},
-        agent_overrides=TINY.get(section, {}))
+        agent_overrides=TINY.get(spec.section, {}))
 
 
 @pytest.mark.parametrize("algo", [a for a in registry.ALGORITHMS if a != "toy-pg"])

@@ -1,0 +1,273 @@
+"""Amortized Q-learning (Van de Wiele, Warde-Farley, Mnih & Mnih 2020, "Q-Learning in
+enormous action spaces via amortized approximate maximization", Sec. 3-4, Algorithms 1-2,
+App. A1-A2) and its baselines Uniform-Q, QT-Opt (CEM) and exact Q, over any action space the
+library describes: discrete, multi-discrete, continuous, discretized continuous
+(``--discretize K``) and hybrid.
+
+Search (one batched Q evaluation per state):
+  A_U = {a^U_j}_{j=1..M} ~ Uniform(A_1 x ... x A_D),  A_mu = {a^mu_i}_{i=1..N} ~ mu(a|s)
+  a*(s) = argmax_{a in A_U u A_mu} Q(s, a)                                    (Algorithm 1)
+Uniform-Q searches A_U only; QT-Opt runs CEM (uniform samples, then independent Gaussians per
+sub-action fit to the elites, a few iterations); exact Q takes every action.
+
+Acting: a*(s), or with probability epsilon the first uniform sample a^U_1 (Algorithm 1); under
+``--num-envs K`` the first floor(explore_fraction K) copies use explore_epsilon (App. A2).
+
+Learning from unrolls of T steps (``sequences(T)``), a* recomputed with the current networks:
+  G_t = r_t + gamma [(1 - lambda) Q'(s_{t+1}, a*(s_{t+1})) + lambda G_{t+1}]
+        (Peng's Q(lambda), App. A2; returns.lambda_returns with the sampled argmax's value)
+  L_Q  = mean_t 1/2 (sg(G_t) - Q(s_t, a_t))^2                                  (Eq. 4)
+  L_mu = mean_t [-log mu(a*(s_t)|s_t) - lambda_H H(mu(.|s_t))]                 (Eq. 3)
+Q' is Q itself (no target network, as in the paper) or a periodically copied target. For an
+autoregressive proposal the entropy is the sum of the conditional entropies along the prefix
+of one fresh proposal sample (the exact entropy of the joint has no closed form). Two Adam
+optimisers (App. A1), the proposal's features are its own (the Control Suite's shared state
+embedding is the identity, so the proposal loss never moves the Q network).
+
+Why a* is recomputed at learning time instead of stored when acting: the unrolls are replayed
+many times, and an a* found with old parameters is an argmax of an old Q; the search at
+learning time uses the Q being trained (Algorithm 2's learner gets a* from the actor because
+its actors are fresh; with replay ratios of 8+ here they are not).
+
+Network: Q(s, a) = w^T act(W_s h(s) + W_a e(a) + b) + c with h the state layers (all but the
+last of ``hidden``) and e the action embedding (one-hots, values, Platform's chosen parameter):
+the state part W_s h(s) is computed once per state, only W_a e(a) and the output layer per
+candidate action.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from offpolicy import returns
+from offpolicy.agents.base import sequences
+from offpolicy.config import AQLConfig
+from offpolicy.distributions import Proposal
+from offpolicy.envs import action_embedding as emb
+from offpolicy.envs.spaces import ActionSpec
+from offpolicy.errors import OffpolicyError
+from offpolicy.networks import ACTIVATIONS, MLP, Dense
+
+
+class QNetwork(nn.Module):
+    """Q(s, a) over C candidate actions per state, the state part computed once."""
+
+    hidden: tuple[int, ...]
+    activation: str
+
+    @nn.compact
+    def __call__(self, obs, action_embedding):
+        """obs [..., d], action_embedding [..., C, E] -> Q [..., C]."""
+        h = MLP(self.hidden[:-1], self.activation)(obs) if len(self.hidden) > 1 else obs
+        state_part = Dense(self.hidden[-1], name="merge_state")(h)[..., None, :]
+        action_part = Dense(self.hidden[-1], name="merge_action")(action_embedding)
+        z = ACTIVATIONS[self.activation](state_part + action_part)
+        return Dense(1, output=True, out_scale=1.0, name="out")(z)[..., 0]
+
+
+class AQL:
+    """AQL and its baselines (``search``), over sequences of T steps."""
+
+    exploration_noise = None
+    writeback_fields: dict = {}
+    behaviour_fields: dict = {}
+
+    def __init__(self, config: AQLConfig, obs_shape: tuple[int, ...], spec: ActionSpec):
+        if len(obs_shape) != 1:
+            raise OffpolicyError(f"aql takes flat observations, got shape {tuple(obs_shape)}")
+        self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
+        self.data = sequences(config.unroll_length)
+        self.sub_actions = tuple(tuple(s) for s in spec.sub_actions())
+        self.num_sub_actions = len(self.sub_actions)
+        self.embed_dim = emb.embed_dim(spec, config.hybrid_embedding)
+        self.q_net = QNetwork(tuple(config.hidden), config.activation)
+        self.features = MLP(tuple(config.proposal_hidden), config.activation)
+        self.proposal = Proposal(self.sub_actions, config.autoregressive, config.proposal_std)
+        self.search = config.search
+        if self.search == "exact":
+            self.all_actions = jnp.asarray(emb.enumerate_actions(spec, config.exact_limit))
+        if self.search == "cem" and config.cem_elites > config.cem_samples:
+            raise OffpolicyError("--aql.cem-elites must not exceed --aql.cem-samples")
+        self.q_opt = optax.adam(config.q_lr)
+        self.proposal_opt = optax.adam(config.proposal_lr)
+        self.uses_proposal = self.search == "proposal"
+
+    # ------------------------------------------------------------------ state
+    def init(self, key: jax.Array) -> dict[str, Any]:
+        kq, kf, kp = jax.random.split(key, 3)
+        obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
+        q = self.q_net.init(kq, obs, jnp.zeros((1, 1, self.embed_dim), jnp.float32))["params"]
+        params = {"q": q}
+        state = {}
+        if self.uses_proposal:
+            feats = self.features.init(kf, obs)["params"]
+            width = self.config.proposal_hidden[-1] if self.config.proposal_hidden else \
+                self.obs_shape[0]
+            params["proposal"] = {"features": feats, "heads": self.proposal.init(kp, width)}
+            state["proposal_opt"] = self.proposal_opt.init(params["proposal"])
+        state.update({"params": params, "q_opt": self.q_opt.init(q),
+                      "updates": jnp.zeros((), jnp.int32)})
+        if self.config.target_update_every:
+            state["target_q"] = q
+        return state
+
+    def acting_params(self, state: dict) -> dict:
+        return state["params"]
+
+    # ------------------------------------------------------------------ search
+    def q_values(self, q_params, obs, actions):
+        """Q(s, a) [..., C] of flat candidate actions [..., C, D] at obs [..., d]."""
+        return self.q_net.apply({"params": q_params}, obs,
+                                emb.embed(self.spec, actions, self.config.hybrid_embedding))
+
+    def _proposal_features(self, params, obs):
+        return self.features.apply({"params": params["proposal"]["features"]}, obs)
+
+    def candidates(self, params, obs, key):
+        """The searched actions [..., C, D] and how many of them (first) are proposals."""
+        c = self.config
+        batch = obs.shape[:-1]
+        k_u, k_p = jax.random.split(key)
+        if self.search == "exact":
+            return jnp.broadcast_to(self.all_actions, batch + self.all_actions.shape), 0
+        uniform = emb.uniform_actions(k_u, self.spec, batch + (c.uniform_samples,))
+        if self.search != "proposal":
+            return uniform, 0
+        proposed, _ = self.proposal.sample(params["proposal"]["heads"],
+                                           self._proposal_features(params, obs), k_p,
+                                           c.proposal_samples)
+        # uniform samples first: a^U_1 is the epsilon-greedy action of Algorithm 1
+        return jnp.concatenate([uniform, proposed], axis=-2), c.proposal_samples
+
+    def argmax(self, params, q_params, obs, key):
+        """(a* [..., D], Q(s, a*) [...], diagnostics) by the configured search."""
+        if self.search == "cem":
+            return self._cem(q_params, obs, key)
+        acts, num_proposed = self.candidates(params, obs, key)
+        q = self.q_values(q_params, obs, acts)
+        best = jnp.argmax(q, axis=-1)
+        a_star = jnp.take_along_axis(acts, best[..., None, None], axis=-2)[..., 0, :]
+        q_star = jnp.max(q, axis=-1)
+        if self.search == "exact":  # epsilon-greedy still needs a uniformly random action
+            first = emb.uniform_actions(jax.random.split(key)[0], self.spec, obs.shape[:-1])
+        else:
+            first = acts[..., 0, :]
+        info = {"first_uniform": first}
+        if num_proposed:
+            m = acts.shape[-2] - num_proposed
+            info["from_proposal"] = (best >= m).astype(jnp.float32)
+            info["q_gap"] = jnp.max(q[..., m:], -1) - jnp.max(q[..., :m], -1)
+            info["proposal_sample"] = acts[..., m, :]
+        return a_star, q_star, info
+
+    def _cem(self, q_params, obs, key):
+        """QT-Opt's CEM (Kalashnikov et al. 2018; AQL Sec. 5): uniform samples, then
+        independent Gaussians per sub-action fit to the elites; a discrete sub-action's sample
+        is its Gaussian's value rounded to the nearest index and clipped to [0, n - 1]."""
+        c = self.config
+        batch = obs.shape[:-1]
+        sizes = np.array([n if kind == "discrete" else 0 for kind, n in self.sub_actions])
+        low = np.where(sizes > 0, 0.0, -1.0).astype(np.float32)
+        high = np.where(sizes > 0, sizes - 1.0, 1.0).astype(np.float32)
+        keys = jax.random.split(key, c.cem_iterations)
+        acts = emb.uniform_actions(keys[0], self.spec, batch + (c.cem_samples,))
+        best_a = best_q = None
+        for i in range(c.cem_iterations):
+            q = self.q_values(q_params, obs, acts)
+            top_q, top = jax.lax.top_k(q, c.cem_elites)
+            elites = jnp.take_along_axis(acts, top[..., None], axis=-2)
+            if best_a is None:
+                best_a, best_q = elites[..., 0, :], top_q[..., 0]
+            else:
+                better = top_q[..., 0] > best_q
+                best_a = jnp.where(better[..., None], elites[..., 0, :], best_a)
+                best_q = jnp.maximum(best_q, top_q[..., 0])
+            if i + 1 < c.cem_iterations:  # the next samples from the elites' Gaussians
+                mu, sigma = jnp.mean(elites, -2), jnp.std(elites, -2) + 1e-3
+                noise = jax.random.normal(keys[i + 1], batch + (c.cem_samples, len(sizes)))
+                raw = mu[..., None, :] + sigma[..., None, :] * noise
+                acts = jnp.where(sizes > 0, jnp.clip(jnp.round(raw), low, high),
+                                 jnp.clip(raw, -1.0, 1.0))
+        info = {"first_uniform": emb.uniform_actions(keys[0], self.spec, batch + (1,))[..., 0,
+                                                                                         :]}
+        return best_a, best_q, info
+
+    # ------------------------------------------------------------------ acting
+    def epsilons(self, num_envs: int) -> np.ndarray:
+        """Per env copy: explore_epsilon for the first floor(explore_fraction K), else
+        epsilon."""
+        c = self.config
+        eps = np.full(num_envs, c.epsilon, np.float32)
+        eps[:int(np.floor(c.explore_fraction * num_envs))] = c.explore_epsilon
+        return eps
+
+    def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
+        k_search, k_eps = jax.random.split(key)
+        a_star, _, info = self.argmax(params, params["q"], obs, k_search)
+        if not explore:
+            return a_star, {}
+        eps = self.epsilons(obs.shape[0])
+        random = jax.random.uniform(k_eps, (obs.shape[0],)) < eps
+        return jnp.where(random[:, None], info["first_uniform"], a_star), {}
+
+    # ------------------------------------------------------------------ learning
+    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+        c = self.config
+        params = state["params"]
+        obs, mask = batch["obs"], batch["mask"]  # [T+1, B, d], [T, B]
+        denom = jnp.maximum(jnp.sum(mask), 1.0)
+        target_q = state.get("target_q", params["q"])
+        # a*(s) at every state of the unroll with the current networks (recomputed, see doc)
+        a_star, _, info = self.argmax(params, params["q"], obs, key)
+        a_star = jax.lax.stop_gradient(a_star)
+        next_q = self.q_values(target_q, obs[1:], a_star[1:, :, None, :])[..., 0]
+        g = returns.lambda_returns(batch["reward"], c.gamma * batch["discount"],
+                                   jax.lax.stop_gradient(next_q), c.lambda_, mask=mask)
+
+        def q_loss(q_params):
+            q = self.q_values(q_params, obs[:-1], batch["action"][:, :, None, :])[..., 0]
+            return 0.5 * jnp.sum(jnp.where(mask > 0, (g - q) ** 2, 0.0)) / denom, q
+
+        (loss_q, q_taken), grads = jax.value_and_grad(q_loss, has_aux=True)(params["q"])
+        upd, q_opt = self.q_opt.update(grads, state["q_opt"], params["q"])
+        new_params = {**params, "q": optax.apply_updates(params["q"], upd)}
+        new_state = {**state, "params": new_params, "q_opt": q_opt,
+                     "updates": state["updates"] + 1}
+        if c.target_update_every:
+            copy = (new_state["updates"] % c.target_update_every) == 0
+            new_state["target_q"] = jax.tree_util.tree_map(
+                lambda t, q: jnp.where(copy, q, t), state["target_q"], new_params["q"])
+
+        def mean(x):
+            return jnp.sum(jnp.where(mask > 0, x, 0.0)) / denom
+
+        metrics = {"q_loss": loss_q, "q_mean": mean(q_taken), "return_target": mean(g)}
+        if self.uses_proposal:
+            targets = a_star[:-1][:, :, None, :]
+            samples = jax.lax.stop_gradient(info["proposal_sample"][:-1])[:, :, None, :]
+
+            def proposal_loss(p):
+                feats = self.features.apply({"params": p["features"]}, obs[:-1])
+                nll = -self.proposal.log_prob(p["heads"], feats, targets)[..., 0]
+                ent = self.proposal.entropies(p["heads"], feats, samples)[..., 0, :]
+                loss = mean(nll) - c.entropy_weight * mean(jnp.sum(ent, -1))
+                return loss, (nll, ent)
+
+            (loss_p, (nll, ent)), pgrads = jax.value_and_grad(proposal_loss, has_aux=True)(
+                params["proposal"])
+            pupd, p_opt = self.proposal_opt.update(pgrads, state["proposal_opt"],
+                                                   params["proposal"])
+            new_state["params"]["proposal"] = optax.apply_updates(params["proposal"], pupd)
+            new_state["proposal_opt"] = p_opt
+            ent_per = jnp.sum(jnp.where(mask[..., None] > 0, ent, 0.0), (0, 1)) / denom
+            metrics |= {"proposal_loss": loss_p, "proposal_nll": mean(nll),
+                        "proposal_entropy": ent_per,
+                        "argmax_from_proposal": mean(info["from_proposal"][:-1]),
+                        "q_gap_proposal_uniform": mean(info["q_gap"][:-1])}
+        return new_state, metrics, {}

@@ -197,6 +197,11 @@ def cmd_eval(argv: list[str]) -> int:
     p.add_argument("--checkpoint", choices=("latest", "best"), default="latest")
     p.add_argument("--per-actor", action="store_true",
                    help="also evaluate each actor of an ensemble alone (ACE Table 3)")
+    p.add_argument("--proposal", action="store_true",
+                   help="AQL: draw the proposal along one greedy episode (the paper's Fig. 4) "
+                   "to --out")
+    p.add_argument("--out", type=Path, default=None,
+                   help="with --proposal: the PNG to write (default RUN_DIR/proposal.png)")
     a = p.parse_args(argv)
     if a.episodes < 1:
         raise OffpolicyError(f"--episodes must be >= 1, got {a.episodes}")
@@ -215,6 +220,17 @@ def cmd_eval(argv: list[str]) -> int:
         for i in range(n):
             r = t.evaluate(a.episodes, policy=t.agent.single_actor_policy(i))
             print(f"| {i} | {r.mean():.2f} | {r.std():.2f} |")
+    if a.proposal:
+        from offpolicy.plotting import plot_proposal
+        from offpolicy.training.evaluation import trace_episode
+
+        if not hasattr(t.agent, "inspect"):
+            raise OffpolicyError(f"--proposal needs an AQL run; {t.run.algo} has no proposal")
+        trace = trace_episode(t, t.agent.inspect)
+        out = plot_proposal(trace, t.agent.sub_actions, a.out or a.run_dir / "proposal.png",
+                            f"{t.run.algo} {t.run.train.env} step {t.step}")
+        print(f"wrote {out} ({len(trace['reward'])} steps, return "
+              f"{float(sum(trace['reward'])):.2f})")
     return 0
 
 

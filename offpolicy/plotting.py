@@ -78,6 +78,78 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     return out
 
 
+def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str = "",
+                  moments: int = 4, max_sub_actions: int = 3) -> Path:
+    """AQL's proposal figure (Van de Wiele et al. 2020, Fig. 4) along one greedy episode.
+
+    ``trace`` holds per step t: ``action`` [S, D] (the greedy a*), ``q_proposal`` [S, N] (Q of
+    the N proposal samples), ``q_uniform_max`` [S], ``distributions`` (per sub-action d:
+    [S, n_d] probabilities given a*'s prefix, or [S, 1] a Gaussian's mean) and ``reward`` [S].
+    The top panel is the episode: each sub-action's proposal entropy (discrete ones) and the
+    reward per step. Below it, ``moments`` evenly spaced steps get one row each: the histogram
+    of the Q values of the proposal samples (the best uniform sample as a dashed line), then
+    the proposal over the first ``max_sub_actions`` sub-actions, the greedy choice in green.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = len(trace["reward"])
+    if steps == 0:
+        raise OffpolicyError("the episode has no steps to draw")
+    shown = list(range(min(len(sub_actions), max_sub_actions)))
+    rows = min(moments, steps)
+    picks = np.unique(np.linspace(0, steps - 1, rows).round().astype(int))
+    cols = 1 + len(shown)
+    fig = plt.figure(figsize=(3.2 * cols, 2.2 * (len(picks) + 1)), dpi=100)
+    grid = fig.add_gridspec(len(picks) + 1, cols)
+    top = fig.add_subplot(grid[0, :])
+    t = np.arange(steps)
+    for d, (kind, _n) in enumerate(sub_actions[:max_sub_actions]):
+        if kind == "discrete":
+            p = np.clip(np.asarray(trace["distributions"][d]), 1e-12, 1.0)
+            top.plot(t, -np.sum(p * np.log(p), -1), label=f"entropy of sub-action {d}")
+    top.set_ylabel("entropy (nats)", fontsize=8)
+    top.set_xlabel("episode step")
+    twin = top.twinx()
+    twin.plot(t, trace["reward"], color="0.5", lw=0.8, label="reward")
+    twin.set_ylabel("reward", fontsize=8)
+    lines = top.get_lines() + twin.get_lines()
+    top.legend(lines, [ln.get_label() for ln in lines], fontsize=7, loc="upper right")
+    top.set_title(title or "proposal along one greedy episode")
+    for row, step in enumerate(picks, start=1):
+        ax = fig.add_subplot(grid[row, 0])
+        ax.hist(np.asarray(trace["q_proposal"][step]), bins=20, color="tab:blue")
+        ax.axvline(float(trace["q_uniform_max"][step]), color="k", ls="--", lw=1)
+        ax.set_ylabel(f"step {step}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if row == 1:
+            ax.set_title("Q of proposal samples (--: best uniform)", fontsize=8)
+        for c, d in enumerate(shown, start=1):
+            ax = fig.add_subplot(grid[row, c])
+            kind, n = sub_actions[d]
+            chosen = float(trace["action"][step][d])
+            dist = np.asarray(trace["distributions"][d][step])
+            if kind == "discrete":
+                colors = ["tab:green" if i == int(round(chosen)) else "tab:gray"
+                          for i in range(n)]
+                ax.bar(np.arange(n), dist, color=colors)
+                ax.set_ylim(0, 1)
+            else:
+                xs = np.linspace(-1, 1, 101)
+                ax.plot(xs, np.exp(-0.5 * ((xs - dist[0]) / 0.5) ** 2), color="tab:gray")
+                ax.axvline(chosen, color="tab:green")
+            ax.tick_params(labelsize=7)
+            if row == 1:
+                ax.set_title(f"proposal, sub-action {d}", fontsize=8)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 def group_runs(run_dirs: list[Path], key: str = "label") -> dict[str, list[Path]]:
     """Group run directories by algorithm (from config.yaml) for curves and tables."""
     import yaml

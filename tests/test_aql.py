@@ -145,3 +145,28 @@ def test_greedy_policy_is_the_argmax_and_exploring_takes_uniform_samples():
     explored = np.stack([np.asarray(agent.policy(state["params"], obs, jax.random.PRNGKey(i),
                                                  True)[0]) for i in range(30)])
     assert len({tuple(x) for x in explored.reshape(-1, 2)}) == 6  # every action shows up
+
+
+def test_proposal_figure_along_one_episode(tmp_path):
+    from offpolicy import registry
+    from offpolicy.plotting import plot_proposal
+    from offpolicy.training.evaluation import trace_episode
+    from offpolicy.training.run import Run
+
+    run = Run(registry.resolve("aql", train_overrides={
+        "env": "Pendulum-v1", "discretize": 5, "steps": 64, "eval_every": 64,
+        "eval_episodes": 1, "batch_size": 4, "quiet": True},
+        agent_overrides=SMALL | {"unroll_length": 4}), tmp_path / "r")
+    run.train()
+    trace = trace_episode(run, run.agent.inspect)
+    assert trace["action"].shape == (200, 1) and trace["q_proposal"].shape == (200, 8)
+    probs = trace["distributions"][0]
+    assert probs.shape == (200, 5)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+    out = plot_proposal(trace, run.agent.sub_actions, tmp_path / "p.png")
+    assert out.stat().st_size > 10_000
+    uniform = Run(registry.resolve("uniform-q", train_overrides={
+        "env": "Pendulum-v1", "discretize": 5, "steps": 8, "quiet": True},
+        agent_overrides=SMALL), None)
+    with pytest.raises(Exception, match="needs a learned proposal"):
+        trace_episode(uniform, uniform.agent.inspect)

@@ -216,6 +216,25 @@ class AQL:
         random = jax.random.uniform(k_eps, (obs.shape[0],)) < eps
         return jnp.where(random[:, None], info["first_uniform"], a_star), {}
 
+    def inspect(self, params: dict, obs: jax.Array, key: jax.Array) -> dict[str, Any]:
+        """What the proposal figure draws for states obs [B, d] (AQL Fig. 4): the greedy
+        action a* [B, D], the Q values of the N proposal samples [B, N], and per sub-action d
+        the proposal's distribution given a*'s prefix: probabilities [B, n_d] (discrete) or
+        the Gaussian's mean [B, 1] (continuous)."""
+        if not self.uses_proposal:
+            raise OffpolicyError(f"--proposal needs a learned proposal (search 'proposal'), "
+                                 f"this agent searches by '{self.search}'")
+        acts, num_proposed = self.candidates(params, obs, key)
+        q = self.q_values(params["q"], obs, acts)
+        best = jnp.argmax(q, axis=-1)
+        a_star = jnp.take_along_axis(acts, best[..., None, None], axis=-2)[..., 0, :]
+        feats = self._proposal_features(params, obs)
+        dists = self.proposal.probabilities(params["proposal"]["heads"], feats,
+                                            a_star[..., None, :])
+        return {"action": a_star, "q_proposal": q[..., -num_proposed:],
+                "q_uniform_max": jnp.max(q[..., :-num_proposed], -1),
+                "distributions": [d[..., 0, :] for d in dists]}
+
     # ------------------------------------------------------------------ learning
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c = self.config

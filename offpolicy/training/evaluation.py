@@ -69,3 +69,38 @@ class Evaluator:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def trace_episode(run, inspect: Callable) -> dict:
+    """One greedy episode (evaluation seed) of ``run`` with ``inspect(params, obs[1, ...],
+    key) -> dict`` called at every step; returns each of its outputs stacked over the steps
+    (lists of arrays stacked element-wise) plus ``reward`` [S]. The action taken is
+    ``inspect``'s ``action``."""
+    import jax
+
+    tc = run.train_cfg
+    env = make_env(tc.env, tc.seed + 10_000)
+    fn = jax.jit(inspect)
+    params = run.policy.host_params(run.learner.acting_params())
+    key = jax.random.PRNGKey(tc.seed)
+    obs, _ = env.reset(seed=tc.seed + 10_000)
+    records, rewards = [], []
+    done = False
+    while not done:
+        key, sub = jax.random.split(key)
+        batch = run.obs_norm(np.asarray(obs)[None].astype(observation_dtype(env)))
+        out = jax.device_get(fn(params, batch, sub))
+        obs, r, term, trunc, _ = env.step(run.spec.to_env(np.asarray(out["action"])[0]))
+        records.append(out)
+        rewards.append(float(r))
+        done = term or trunc
+    env.close()
+    trace = {}
+    for k, v in records[0].items():
+        if isinstance(v, list):
+            trace[k] = [np.stack([np.asarray(r[k][i])[0] for r in records])
+                        for i in range(len(v))]
+        else:
+            trace[k] = np.stack([np.asarray(r[k])[0] for r in records])
+    trace["reward"] = np.asarray(rewards)
+    return trace

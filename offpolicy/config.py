@@ -261,6 +261,10 @@ class AQLConfig:
                                "with every parameter (full)", choices=("chosen", "full"))
     hidden: tuple[int, ...] = _f((256, 256), "Q network: the state layers, the last one also "
                                  "taking the action embedding")
+    action_layer: int = _f(1, "the Q network's hidden layer at which the action embedding "
+                           "joins: 1 = with the observation (the paper's Fig. 1); a later "
+                           "layer runs the layers before it once per state, not per candidate "
+                           "(cheaper, weaker state-action interactions)", ge=1)
     proposal_hidden: tuple[int, ...] = _f((256,), "the proposal's state features")
     activation: str = _f("relu", "hidden activation", choices=("tanh", "relu", "softsign"))
     q_lr: float = _f(2e-4, "Adam step size of the Q network (App. A2)", gt=0)

@@ -29,10 +29,11 @@ many times, and an a* found with old parameters is an argmax of an old Q; the se
 learning time uses the Q being trained (Algorithm 2's learner gets a* from the actor because
 its actors are fresh; with replay ratios of 8+ here they are not).
 
-Network: Q(s, a) = w^T act(W_s h(s) + W_a e(a) + b) + c with h the state layers (all but the
-last of ``hidden``) and e the action embedding (one-hots, values, Platform's chosen parameter):
-the state part W_s h(s) is computed once per state, only W_a e(a) and the output layer per
-candidate action.
+Network: the action embedding e(a) (one-hots, values, Platform's chosen parameter) joins the
+Q network at hidden layer ``action_layer``, z = act(W_s h(s) + W_a e(a) + b), with the layers
+before it (h) and the state's product W_s h(s) computed once per state, and the layers after
+it per candidate. The default, 1, concatenates the action with the observation, as the paper
+does on the Control Suite (its state embedding is the identity, Fig. 1).
 """
 
 from __future__ import annotations
@@ -56,18 +57,27 @@ from offpolicy.networks import ACTIVATIONS, MLP, Dense
 
 
 class QNetwork(nn.Module):
-    """Q(s, a) over C candidate actions per state, the state part computed once."""
+    """Q(s, a) over C candidate actions per state. The action embedding joins at hidden layer
+    ``action_layer`` (1: with the observation, as in the paper's Fig. 1, where the state
+    embedding is the identity on the Control Suite). Layers before it run once per state; at
+    the joining layer the state's part of the product, W_s h(s), is also computed once per
+    state and only W_a e(a) and the later layers run per candidate."""
 
     hidden: tuple[int, ...]
     activation: str
+    action_layer: int = 1
 
     @nn.compact
     def __call__(self, obs, action_embedding):
         """obs [..., d], action_embedding [..., C, E] -> Q [..., C]."""
-        h = MLP(self.hidden[:-1], self.activation)(obs) if len(self.hidden) > 1 else obs
-        state_part = Dense(self.hidden[-1], name="merge_state")(h)[..., None, :]
-        action_part = Dense(self.hidden[-1], name="merge_action")(action_embedding)
-        z = ACTIVATIONS[self.activation](state_part + action_part)
+        act = ACTIVATIONS[self.activation]
+        j = min(self.action_layer, len(self.hidden)) - 1
+        h = MLP(self.hidden[:j], self.activation)(obs) if j else obs
+        state_part = Dense(self.hidden[j], name="merge_state")(h)[..., None, :]
+        action_part = Dense(self.hidden[j], name="merge_action")(action_embedding)
+        z = act(state_part + action_part)
+        if j + 1 < len(self.hidden):
+            z = MLP(self.hidden[j + 1:], self.activation, name="after")(z)
         return Dense(1, output=True, out_scale=1.0, name="out")(z)[..., 0]
 
 
@@ -86,7 +96,7 @@ class AQL:
         self.sub_actions = tuple(tuple(s) for s in spec.sub_actions())
         self.num_sub_actions = len(self.sub_actions)
         self.embed_dim = emb.embed_dim(spec, config.hybrid_embedding)
-        self.q_net = QNetwork(tuple(config.hidden), config.activation)
+        self.q_net = QNetwork(tuple(config.hidden), config.activation, config.action_layer)
         self.features = MLP(tuple(config.proposal_hidden), config.activation)
         self.proposal = Proposal(self.sub_actions, config.autoregressive, config.proposal_std)
         self.search = config.search

@@ -57,6 +57,10 @@ SUITES = {
     # ours (default: 4 env copies, 16 windows per replayed update; and matched to PFRL: one
     # env, one window) against PFRL 0.4.0's ACER (benchmarks/peers_pfrl.py), CartPole-v1
     "acer-peers": ["acer", "acer-1env", "pfrl-acer"],
+    # the AQL issue's checks (--env CartPole-v1 --steps 100000; --env Pendulum-v1 --steps 50000
+    # with the entries' --discretize 5): the defaults, and --preset small
+    "aql": ["aql", "aql-small"],
+    "aql-discretized": ["aql-d5", "aql-small-d5"],
     # the ReF-ER issue's acceptance runs: --env Pendulum-v1 --steps 30000 (naf, ddpg-refer)
     # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
@@ -100,6 +104,9 @@ VARIANTS = {
     "acer-r4": ("acer", ["--replay-ratio", "4"]),
     "acer-no-trust-region": ("acer", ["--no-acer.trust-region"]),
     "acer-1env": ("acer", ["--num-envs", "1", "--batch-size", "1"]),
+    "aql-small": ("aql", ["--preset", "small"]),
+    "aql-d5": ("aql", ["--discretize", "5"]),
+    "aql-small-d5": ("aql", ["--preset", "small", "--discretize", "5"]),
 }
 
 

@@ -59,8 +59,10 @@ _CONT = ("continuous",)
 _ALL_KINDS = ("continuous", "discrete", "multi_discrete", "hybrid")
 _DISCRETE_KINDS = ("discrete", "multi_discrete", "hybrid")
 # AQL (App. A2): unrolls of 30 steps, 32 per batch; one update per 8 env steps, each unroll
-# step learned from about 120 times (the paper: 100 actors feed one learner; see aql.md)
-_AQL_TRAIN = {"batch_size": 32, "updates_per_step": 0.125}
+# step learned from about 120 times (the paper: 100 actors feed one learner; see aql.md).
+# Rewards scaled by the return's running std: the paper's learning rate is for the Control
+# Suite's rewards in [0, 1] (Pendulum-v1's -16..0 left Q's action dependence unlearned at 50k)
+_AQL_TRAIN = {"batch_size": 32, "updates_per_step": 0.125, "normalize_reward": True}
 # "small": quick runs on a CPU, the learning-time search 5x smaller (N 20, M 80) and half the
 # unrolls per update (CartPole-v1 reaches 500 in about 40k steps, 2 minutes here)
 _AQL_PRESETS = {"paper": {}, "small": {"hidden": (64, 64), "proposal_hidden": (64,),

@@ -63,6 +63,15 @@ _DISCRETE_KINDS = ("discrete", "multi_discrete", "hybrid")
 # Rewards scaled by the return's running std: the paper's learning rate is for the Control
 # Suite's rewards in [0, 1] (Pendulum-v1's -16..0 left Q's action dependence unlearned at 50k)
 _AQL_TRAIN = {"batch_size": 32, "updates_per_step": 0.125, "normalize_reward": True}
+
+
+def _aql(name: str, search: str, kinds: tuple[str, ...], description: str) -> Algorithm:
+    """AQL and its baselines: one agent, the argmax found by ``search``."""
+    return Algorithm(name, "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", kinds, description,
+                     overrides={"search": search}, presets=_AQL_PRESETS,
+                     train_overrides=_AQL_TRAIN)
+
+
 # "small": quick runs on a CPU, the learning-time search 5x smaller (N 20, M 80) and half the
 # unrolls per update (CartPole-v1 reaches 500 in about 40k steps, 2 minutes here)
 _AQL_PRESETS = {"paper": {}, "small": {"hidden": (64, 64), "proposal_hidden": (64,),
@@ -107,20 +116,14 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
               "ACER: Retrace, truncated IS with bias correction, efficient trust region, SDN",
               presets=_ACER_PRESETS, train_overrides=_ACER_TRAIN,
               train_fields=("segment_length",)),
-    Algorithm("aql", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _ALL_KINDS,
-              "Amortized Q-learning: argmax over N proposal + M uniform samples",
-              presets=_AQL_PRESETS, train_overrides=_AQL_TRAIN),
-    Algorithm("uniform-q", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _ALL_KINDS,
-              "Q-learning with the argmax over M uniform samples (AQL's ablation)",
-              overrides={"search": "uniform"}, presets=_AQL_PRESETS,
-              train_overrides=_AQL_TRAIN),
-    Algorithm("qt-opt", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _ALL_KINDS,
-              "Q-learning with the argmax by the cross-entropy method (QT-Opt)",
-              overrides={"search": "cem"}, presets=_AQL_PRESETS, train_overrides=_AQL_TRAIN),
-    Algorithm("exact-q", "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", _DISCRETE_KINDS,
-              "Q-learning with the exact argmax over every action (small action sets)",
-              overrides={"search": "exact"}, presets=_AQL_PRESETS,
-              train_overrides=_AQL_TRAIN),
+    _aql("aql", "proposal", _ALL_KINDS,
+         "Amortized Q-learning: argmax over N proposal + M uniform samples"),
+    _aql("uniform-q", "uniform", _ALL_KINDS,
+         "Q-learning with the argmax over M uniform samples (AQL's ablation)"),
+    _aql("qt-opt", "cem", _ALL_KINDS,
+         "Q-learning with the argmax by the cross-entropy method (QT-Opt)"),
+    _aql("exact-q", "exact", _DISCRETE_KINDS,
+         "Q-learning with the exact argmax over every action (small action sets)"),
     Algorithm("ensemble-ddpg", "ace", C.ACEConfig, "offpolicy.agents.ace:ACE", _CONT,
               "ACE without tree search (d=0): N actors, argmax over the critic",
               overrides={"plan_depth": 0}, presets={"paper": {}}),

@@ -228,7 +228,8 @@ def cmd_eval(argv: list[str]) -> int:
             raise OffpolicyError(f"--proposal needs an AQL run; {t.run.algo} has no proposal")
         trace = trace_episode(t, t.agent.inspect)
         out = plot_proposal(trace, t.agent.sub_actions, a.out or a.run_dir / "proposal.png",
-                            f"{t.run.algo} {t.run.train.env} step {t.step}")
+                            f"{t.run.algo} {t.run.train.env} step {t.step}",
+                            std=t.agent.config.proposal_std)
         print(f"wrote {out} ({len(trace['reward'])} steps, return "
               f"{float(sum(trace['reward'])):.2f})")
     return 0

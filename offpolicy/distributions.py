@@ -874,8 +874,9 @@ class Proposal:
         return jnp.full(stats.shape[:-1], math.log(self.std) + 0.5 + _LOG_SQRT_2PI)
 
     def _walk(self, params, features, actions=None, key=None, num_samples=None):
-        """Sub-action by sub-action: sample (``key``) or read (``actions``) each value, and sum
-        the log-probabilities and the conditional entropies along the prefix."""
+        """Sub-action by sub-action: sample (``key``) or read (``actions``) each value; returns
+        (values [..., D], log mu [...], the conditional entropies [..., D], and each
+        sub-action's statistics given its prefix: logits [..., n_d] or the mean [..., 1])."""
         features = _f32(features)
         if actions is not None:
             actions = _f32(actions)
@@ -884,7 +885,7 @@ class Proposal:
             shape = features.shape[:-1] + (num_samples,)
             keys = jax.random.split(key, self.num_sub_actions)
         prefix = jnp.zeros(shape + (0,), jnp.float32)
-        values, log_prob, entropies = [], jnp.zeros(shape), []
+        values, log_prob, entropies, all_stats = [], jnp.zeros(shape), [], []
         for d in range(self.num_sub_actions):
             state_part = (features @ params[d]["state"])[..., None, :]
             stats = self._stats(params, d, state_part, prefix)
@@ -897,16 +898,18 @@ class Proposal:
                 noise = jax.random.normal(keys[d], shape, jnp.float32)
                 value = jnp.clip(stats[..., 0] + self.std * noise, -1.0, 1.0)
             values.append(value)
+            all_stats.append(stats)
             log_prob = log_prob + self._log_prob_d(d, stats, value)
             entropies.append(self._entropy_d(d, stats))
             if self.autoregressive:
                 prefix = jnp.concatenate([prefix, self._encode(d, value)], axis=-1)
-        return jnp.stack(values, axis=-1), log_prob, jnp.stack(entropies, axis=-1)
+        return jnp.stack(values, axis=-1), log_prob, jnp.stack(entropies, axis=-1), all_stats
 
     def sample(self, params, features: jax.Array, key: jax.Array, num_samples: int
                ) -> tuple[jax.Array, jax.Array]:
         """``num_samples`` i.i.d. actions per state: (actions [..., N, D], log mu [..., N])."""
-        actions, log_prob, _ = self._walk(params, features, key=key, num_samples=num_samples)
+        actions, log_prob, _, _ = self._walk(params, features, key=key,
+                                             num_samples=num_samples)
         return actions, log_prob
 
     def log_prob(self, params, features: jax.Array, actions: jax.Array) -> jax.Array:
@@ -928,18 +931,9 @@ class Proposal:
         """Per sub-action d, its distribution given the prefix of ``actions`` [..., S, D]:
         probabilities [..., S, n] (discrete) or the mean [..., S, 1] (continuous); for the
         proposal figure (AQL Fig. 4)."""
-        actions = _f32(actions)
-        features = _f32(features)
-        prefix = jnp.zeros(actions.shape[:-1] + (0,), jnp.float32)
-        out = []
-        for d in range(self.num_sub_actions):
-            stats = self._stats(params, d, (features @ params[d]["state"])[..., None, :], prefix)
-            stats = jnp.broadcast_to(stats, actions.shape[:-1] + stats.shape[-1:])
-            out.append(jax.nn.softmax(stats, -1) if self.sub_actions[d][0] == "discrete"
-                       else stats)
-            if self.autoregressive:
-                prefix = jnp.concatenate([prefix, self._encode(d, actions[..., d])], axis=-1)
-        return out
+        stats = self._walk(params, features, actions=actions)[3]
+        return [jax.nn.softmax(s, -1) if kind == "discrete" else s
+                for s, (kind, _) in zip(stats, self.sub_actions)]
 
 
 __all__ = ["AdditiveNoise", "Categorical", "EpsilonGreedy", "Gaussian", "Hybrid", "Proposal",

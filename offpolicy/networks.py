@@ -99,6 +99,12 @@ class MLP(nn.Module):
         return x
 
 
+def softplus_init(value: float):
+    """Initialiser of a raw parameter that ``jax.nn.softplus`` maps to ``value`` (> 0): the
+    learned, state-independent std of V-RACER's and ACER's Gaussian policies."""
+    return nn.initializers.constant(float(np.log(np.expm1(value))))
+
+
 def l2_kernels(params) -> jax.Array:
     """Sum of squared kernel weights (biases excluded), for the critic's L2 penalty."""
     leaves = jax.tree_util.tree_leaves_with_path(params)

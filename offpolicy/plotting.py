@@ -79,7 +79,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
 
 def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str = "",
-                  moments: int = 4, max_sub_actions: int = 3) -> Path:
+                  moments: int = 4, max_sub_actions: int = 3, std: float = 0.5) -> Path:
     """AQL's proposal figure (Van de Wiele et al. 2020, Fig. 4) along one greedy episode.
 
     ``trace`` holds per step t: ``action`` [S, D] (the greedy a*), ``q_proposal`` [S, N] (Q of
@@ -88,7 +88,8 @@ def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str =
     The top panel is the episode: each sub-action's proposal entropy (discrete ones) and the
     reward per step. Below it, ``moments`` evenly spaced steps get one row each: the histogram
     of the Q values of the proposal samples (the best uniform sample as a dashed line), then
-    the proposal over the first ``max_sub_actions`` sub-actions, the greedy choice in green.
+    the proposal over the first ``max_sub_actions`` sub-actions, the greedy choice in green
+    (a continuous one as its Gaussian, of std ``std``, the proposal's).
     """
     import matplotlib
 
@@ -138,7 +139,7 @@ def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str =
                 ax.set_ylim(0, 1)
             else:
                 xs = np.linspace(-1, 1, 101)
-                ax.plot(xs, np.exp(-0.5 * ((xs - dist[0]) / 0.5) ** 2), color="tab:gray")
+                ax.plot(xs, np.exp(-0.5 * ((xs - dist[0]) / std) ** 2), color="tab:gray")
                 ax.axvline(chosen, color="tab:green")
             ax.tick_params(labelsize=7)
             if row == 1:

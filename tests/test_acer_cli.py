@@ -95,3 +95,13 @@ def test_atari_smoke(tmp_path):
     rows = (tmp_path / "pong" / "eval.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[1].startswith("48,")
     assert (tmp_path / "pong" / "checkpoints" / "latest").exists()
+
+
+def test_continuous_acer_refuses_frames():
+    from offpolicy.agents.acer import ACER
+    from offpolicy.config import ACERConfig
+    from offpolicy.envs.spaces import ActionSpec
+
+    spec = ActionSpec.continuous(-np.ones(2), np.ones(2))
+    with pytest.raises(OffpolicyError, match="continuous acer takes observation vectors"):
+        ACER(ACERConfig(), (84, 84, 4), spec)

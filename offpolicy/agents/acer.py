@@ -49,7 +49,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from offpolicy import returns
@@ -58,7 +57,7 @@ from offpolicy.config import ACERConfig
 from offpolicy.distributions import Categorical, Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
-from offpolicy.networks import MLP, Dense, soft_update
+from offpolicy.networks import MLP, Dense, NatureCNN, is_image, soft_update, softplus_init
 
 CATEGORICAL = Categorical()
 GAUSSIAN = Gaussian()
@@ -193,8 +192,6 @@ class Torso(nn.Module):
     @nn.compact
     def __call__(self, obs):
         if self.cnn:
-            from offpolicy.networks import NatureCNN
-
             return NatureCNN()(obs)
         return MLP(self.hidden, self.activation)(obs)
 
@@ -232,8 +229,7 @@ class ContinuousNetwork(nn.Module):
         self.value_head = Dense(1, output=True, out_scale=1.0)
         self.advantage = MLP(self.hidden, self.activation, out=1, out_scale=1.0)
         if self.learn_std:
-            raw0 = float(np.log(np.expm1(self.initial_std)))  # softplus^-1
-            self.raw_std = self.param("raw_std", nn.initializers.constant(raw0),
+            self.raw_std = self.param("raw_std", softplus_init(self.initial_std),
                                       (self.action_dim,))
 
     def __call__(self, obs):
@@ -272,7 +268,7 @@ class ACER:
         self.discrete = spec.kind == "discrete"
         self.data = sequences(segment_length)
         self.learns_on_segments = bool(config.on_policy_update)
-        image = len(self.obs_shape) == 3
+        image = is_image(self.obs_shape)
         cnn = config.torso == "cnn" or (config.torso == "auto" and image)
         if image and not cnn:
             raise OffpolicyError("--acer.torso mlp cannot take image observations "
@@ -280,6 +276,9 @@ class ACER:
         if cnn and not image:
             raise OffpolicyError(f"--acer.torso cnn needs image observations (H, W, C); this env "
                                  f"gives {self.obs_shape}")
+        if image and not self.discrete:  # A(x, a) concatenates x with the action
+            raise OffpolicyError("continuous acer takes observation vectors (its advantage "
+                                 f"network reads [x, a]); this env gives frames {self.obs_shape}")
         hidden = tuple(config.hidden)
         self.c = config.truncation or (10.0 if self.discrete else 5.0)
         self.alpha = config.average_decay or (0.99 if self.discrete else 0.995)

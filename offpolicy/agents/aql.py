@@ -94,7 +94,6 @@ class AQL:
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.data = sequences(config.unroll_length)
         self.sub_actions = tuple(tuple(s) for s in spec.sub_actions())
-        self.num_sub_actions = len(self.sub_actions)
         self.embed_dim = emb.embed_dim(spec, config.hybrid_embedding)
         self.q_net = QNetwork(tuple(config.hidden), config.activation, config.action_layer)
         self.features = MLP(tuple(config.proposal_hidden), config.activation)
@@ -117,8 +116,7 @@ class AQL:
         state = {}
         if self.uses_proposal:
             feats = self.features.init(kf, obs)["params"]
-            width = self.config.proposal_hidden[-1] if self.config.proposal_hidden else \
-                self.obs_shape[0]
+            width = self.config.proposal_hidden[-1]  # config sizes are never empty
             params["proposal"] = {"features": feats, "heads": self.proposal.init(kp, width)}
             state["proposal_opt"] = self.proposal_opt.init(params["proposal"])
         state.update({"params": params, "q_opt": self.q_opt.init(q),
@@ -182,11 +180,12 @@ class AQL:
         is its Gaussian's value rounded to the nearest index and clipped to [0, n - 1]."""
         c = self.config
         batch = obs.shape[:-1]
-        sizes = np.array([n if kind == "discrete" else 0 for kind, n in self.sub_actions])
+        sizes = emb.sub_action_sizes(self.spec)
         low = np.where(sizes > 0, 0.0, -1.0).astype(np.float32)
         high = np.where(sizes > 0, sizes - 1.0, 1.0).astype(np.float32)
         keys = jax.random.split(key, c.cem_iterations)
         acts = emb.uniform_actions(keys[0], self.spec, batch + (c.cem_samples,))
+        info = {"first_uniform": acts[..., 0, :]}  # epsilon-greedy's a^U_1, as for AQL
         best_a = best_q = None
         for i in range(c.cem_iterations):
             q = self.q_values(q_params, obs, acts)
@@ -204,8 +203,6 @@ class AQL:
                 raw = mu[..., None, :] + sigma[..., None, :] * noise
                 acts = jnp.where(sizes > 0, jnp.clip(jnp.round(raw), low, high),
                                  jnp.clip(raw, -1.0, 1.0))
-        info = {"first_uniform": emb.uniform_actions(keys[0], self.spec, batch + (1,))[..., 0,
-                                                                                         :]}
         return best_a, best_q, info
 
     # ------------------------------------------------------------------ acting

@@ -44,7 +44,7 @@ from offpolicy.agents.base import transitions
 from offpolicy.config import VRACERConfig
 from offpolicy.distributions import Gaussian
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.networks import MLP, Dense
+from offpolicy.networks import MLP, Dense, softplus_init
 from offpolicy.replay import refer
 from offpolicy.replay.refer import ReplaySettings
 from offpolicy.replay.stored_returns import StoredReturn
@@ -65,8 +65,7 @@ class VRACERNetwork(nn.Module):
     def __call__(self, obs):
         z = MLP(self.hidden, self.activation, init_scheme=self.init_scheme)(obs)
         head = Dense(1 + self.action_dim, self.init_scheme, output=True)(z)
-        raw0 = float(np.log(np.expm1(self.initial_std)))  # softplus^-1
-        raw_std = self.param("raw_std", nn.initializers.constant(raw0), (self.action_dim,))
+        raw_std = self.param("raw_std", softplus_init(self.initial_std), (self.action_dim,))
         return head[..., 0], head[..., 1:], jax.nn.softplus(raw_std)
 
 

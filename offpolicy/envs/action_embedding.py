@@ -33,7 +33,7 @@ from offpolicy.errors import OffpolicyError
 HYBRID_EMBEDDINGS = ("chosen", "full")
 
 
-def _sizes(spec: ActionSpec) -> np.ndarray:
+def sub_action_sizes(spec: ActionSpec) -> np.ndarray:
     """n per sub-action: the number of choices of a discrete one, 0 for a continuous one."""
     return np.array([n if kind == "discrete" else 0 for kind, n in spec.sub_actions()],
                     np.int64)
@@ -47,7 +47,7 @@ def uniform_actions(key: jax.Array, spec: ActionSpec, shape: int | Sequence[int]
     indices 0..n-1 (as floats), a continuous one uniform in [-1, 1).
     """
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    n = _sizes(spec).astype(np.float32)
+    n = sub_action_sizes(spec).astype(np.float32)
     u = jax.random.uniform(key, (*shape, n.size), jnp.float32)  # [0, 1)
     # floor(u n) is uniform over 0..n-1; the minimum guards u n rounding up to n in float32
     index = jnp.minimum(jnp.floor(u * n), np.maximum(n - 1.0, 0.0))
@@ -84,14 +84,14 @@ def embed_dim(spec: ActionSpec, hybrid: str = "chosen") -> int:
     if hybrid == "chosen" and layout is not None:
         k, levels = layout
         return k + (levels or 1)
-    return int(np.sum(np.maximum(_sizes(spec), 1)))
+    return int(np.sum(np.maximum(sub_action_sizes(spec), 1)))
 
 
 def _full_layout(spec: ActionSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per embedding slot: the sub-action it reads, the index it one-hot encodes, and whether
     it is a one-hot slot (else the continuous value is copied)."""
     source, level, one_hot = [], [], []
-    for j, n in enumerate(_sizes(spec)):
+    for j, n in enumerate(sub_action_sizes(spec)):
         width = max(int(n), 1)
         source += [j] * width
         level += list(range(width))

@@ -17,6 +17,7 @@ from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import NonFiniteError
 
 MAX_PARALLEL = 20
+EVAL_SEED_OFFSET = 10_000  # evaluation env i starts from reset(seed=run seed + this + i)
 
 
 class Evaluator:
@@ -79,16 +80,18 @@ def trace_episode(run, inspect: Callable) -> dict:
     import jax
 
     tc = run.train_cfg
-    env = make_env(tc.env, tc.seed + 10_000)
+    seed = tc.seed + EVAL_SEED_OFFSET
+    env = make_env(tc.env, seed)
+    dtype = observation_dtype(env)
     fn = jax.jit(inspect)
     params = run.policy.host_params(run.learner.acting_params())
     key = jax.random.PRNGKey(tc.seed)
-    obs, _ = env.reset(seed=tc.seed + 10_000)
+    obs, _ = env.reset(seed=seed)
     records, rewards = [], []
     done = False
     while not done:
         key, sub = jax.random.split(key)
-        batch = run.obs_norm(np.asarray(obs)[None].astype(observation_dtype(env)))
+        batch = run.obs_norm(np.asarray(obs)[None].astype(dtype))
         out = jax.device_get(fn(params, batch, sub))
         obs, r, term, trunc, _ = env.step(run.spec.to_env(np.asarray(out["action"])[0]))
         records.append(out)

@@ -59,7 +59,7 @@ from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.training import checkpoint
 from offpolicy.training.collector import Collector
-from offpolicy.training.evaluation import Evaluator
+from offpolicy.training.evaluation import EVAL_SEED_OFFSET, Evaluator
 from offpolicy.training.learner import Learner
 from offpolicy.training.logger import RunLogger, Stopwatch, eval_row
 
@@ -338,7 +338,7 @@ class Run:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise OffpolicyError(f"episodes must be a positive integer, got {n!r}")
         if self._evaluator is None or self._evaluator.episodes != n:
-            self._evaluator = Evaluator(tc.env, int(n), tc.seed + 10_000, self.spec)
+            self._evaluator = Evaluator(tc.env, int(n), tc.seed + EVAL_SEED_OFFSET, self.spec)
         params = self.policy.host_params(self.learner.acting_params())
         if policy is None:
             act = lambda o: self.policy.act(params, o, False)[0]  # noqa: E731

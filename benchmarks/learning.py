@@ -61,6 +61,14 @@ SUITES = {
     # with the entries' --discretize 5): the defaults, and --preset small
     "aql": ["aql", "aql-small"],
     "aql-discretized": ["aql-d5", "aql-small-d5"],
+    # Platform (hybrid actions, --env offpolicy/Platform-v0 --steps 200000 --eval-every 20000
+    # --eval-episodes 100): AQL against its two baselines on the same budget
+    "aql-platform": ["aql", "uniform-q", "qt-opt"],
+    # the AQL paper's Fig. 2 analogue (--env HalfCheetah-v5 and dm_control/cartpole-swingup-v0,
+    # --steps 100000): discretized AQL (autoregressive, independent), AQL with Gaussian
+    # proposals on the continuous actions, Uniform-Q (discretized, as in the paper), QT-Opt
+    # (CEM on the continuous actions) and DDPG
+    "aql-fig2": ["aql-d5", "aql-indep-d5", "aql", "uniform-q-d5", "qt-opt", "ddpg"],
     # the ReF-ER issue's acceptance runs: --env Pendulum-v1 --steps 30000 (naf, ddpg-refer)
     # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
@@ -107,6 +115,8 @@ VARIANTS = {
     "aql-small": ("aql", ["--preset", "small"]),
     "aql-d5": ("aql", ["--discretize", "5"]),
     "aql-small-d5": ("aql", ["--preset", "small", "--discretize", "5"]),
+    "aql-indep-d5": ("aql", ["--discretize", "5", "--no-aql.autoregressive"]),
+    "uniform-q-d5": ("uniform-q", ["--discretize", "5"]),
 }
 
 

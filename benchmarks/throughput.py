@@ -62,6 +62,12 @@ ENTRIES = {
     "ours-acer-cheetah": ("ours", "acer", {".num-envs": 1, ".batch-size": 1,
                                            ".segment-length": 50}),
     "pfrl-acer-cheetah": ("pfrl", "acer", {}),
+    # AQL against exact Q on HalfCheetah-v5 discretized to 5 levels (5^6 = 15 625 actions):
+    # one env step plus one update (--updates-per-step 1), the paper's sizes (256-256 Q,
+    # N 100 + M 400 samples, 32 unrolls of 30 steps); updates start after 100 steps
+    **{f"ours-{algo}-cheetah-d5": ("ours", algo, {".discretize": 5, ".updates-per-step": 1,
+                                                 ".warmup-steps": 100})
+       for algo in ("aql", "uniform-q", "qt-opt", "exact-q")},
 }
 # the runtime's two acting modes: K = 4 env copies, and the pipelined loop
 MODES = {"envs4": {".num-envs": 4}, "pipeline": {".pipeline": True}}
@@ -88,10 +94,13 @@ SUITES = {
     "refer": ["ours-ddpg", "ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"],
     "acer": ["ours-acer-cartpole", "pfrl-acer-cartpole", "ours-acer-cartpole-envs4",
              "ours-acer-cheetah", "pfrl-acer-cheetah"],
+    "aql": ["ours-aql-cheetah-d5", "ours-uniform-q-cheetah-d5", "ours-qt-opt-cheetah-d5",
+            "ours-exact-q-cheetah-d5"],
 }
 # ours over peer, paired per round (the ACER suite)
 PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
-              ("ours-acer-cheetah", "pfrl-acer-cheetah")]
+              ("ours-acer-cheetah", "pfrl-acer-cheetah"),
+              ("ours-aql-cheetah-d5", "ours-exact-q-cheetah-d5")]
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
                    "ours-ddpg": 0.19}
@@ -139,6 +148,9 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
 def steps_for(name: str, ddpg_steps: int) -> tuple[int, int]:
     """(timed steps, warm-up steps): ACE is 5-70x heavier than DDPG, so it times fewer."""
     name = ABLATIONS.get(name, name)
+    if name.endswith("-cheetah-d5"):  # one update per step of 0.5-40 s: a few steps, past
+        # the 100 warm-up steps (the first update compiles during warm-up)
+        return (6 if "exact" in name else 30), 102
     if "acer" in name:  # PFRL's replay starts after 1000 finished-episode steps: warm past it
         return ddpg_steps, 1100
     if name.startswith("ours-ace-5-2"):
@@ -182,9 +194,12 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
 
     # the machine the rows were measured on (a summary may be regenerated elsewhere)
     machine = next((r["machine"] for r in rows if r.get("machine")), this_machine())
-    title = (f"# Throughput ({suite}): ACER against PFRL 0.4.0, one env, k-step windows, "
-             "replay ratio 4 (CartPole-v1 k 20, HalfCheetah-v5 k 50)" if suite == "acer" else
-             f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env step")
+    title = {"acer": f"# Throughput ({suite}): ACER against PFRL 0.4.0, one env, k-step "
+                     "windows, replay ratio 4 (CartPole-v1 k 20, HalfCheetah-v5 k 50)",
+             "aql": f"# Throughput ({suite}): AQL and its baselines on {ENV_ID} --discretize 5 "
+                    "(15 625 actions), one env step plus one update of 32 unrolls x 30 steps"
+             }.get(suite, f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env "
+                          "step")
     lines = [title, "",
              f"Command: `{command}`", "",
              f"Machine: {machine}; date {time.strftime('%Y-%m-%d')}",
@@ -245,6 +260,18 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
         if isinstance(v, dict) and v:
             lines += ["", "Peer versions: " + ", ".join(f"{k} {x}" for k, x in v.items())]
             break
+    if suite == "aql":
+        lines += ["", "Each env step is followed by one update (`--updates-per-step 1`), so "
+                  "1 / (env steps/s) is the time of one env step plus one update. The update "
+                  "recomputes a* at all 31 x 32 states of the batch: AQL evaluates Q on N + M = "
+                  "500 candidates per state (uniform-q 400, qt-opt 3 x 100), exact-q on all "
+                  "15 625 (in chunks of about 2^18 state-action rows, `--aql.exact-rows`). "
+                  "Bound (AQL issue, acceptance 3): AQL >= 10x exact-q. XLA's FLOP count of "
+                  "a scan counts its body once, so exact-q's GFLOP/update is per chunk."]
+        text = "\n".join(lines) + "\n"
+        (out_dir / f"throughput_{suite}.md").write_text(text)
+        plot(by, med, out_dir / f"throughput_{suite}.png")
+        return text
     if suite == "acer":
         lines += ["", "ACER updates once per segment plus Poisson(4) replayed windows, not once "
                   "per env step, so the loop ratio and update-only columns are per update, not "
@@ -303,7 +330,9 @@ def plot(by, med, out: Path) -> None:
     ax.set_xticks(x, names, rotation=20, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("per second (log scale), medians")
-    ax.set_title("ACER vs PFRL" if any("acer" in n for n in names) else f"{ENV_ID}, batch 64")
+    ax.set_title("ACER vs PFRL" if any("acer" in n for n in names) else
+                 f"{ENV_ID} --discretize 5, one update per step" if any("-d5" in n for n in names)
+                 else f"{ENV_ID}, batch 64")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

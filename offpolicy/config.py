@@ -256,6 +256,12 @@ class AQLConfig:
                          ge=1)
     cem_iterations: int = _f(3, "QT-Opt: CEM iterations", ge=1)
     exact_limit: int = _f(20_000, "exact Q: refuse action sets larger than this", ge=1)
+    exact_rows: int = _f(2**18, "exact Q: (state, action) pairs evaluated at once; the actions "
+                         "are searched in chunks of this many over the number of states "
+                         "(bounds memory, not the result)", ge=1)
+    lookup: bool = _f(True, "when a discrete action space has no more actions than the "
+                      "searched samples, compute Q of every action once per state and look "
+                      "the samples' values up (the same argmax and statistics, less work)")
     hybrid_embedding: str = _f("chosen", "a parameterised hybrid action enters Q as the one-hot "
                                "of the choice plus only that choice's parameter (chosen) or "
                                "with every parameter (full)", choices=("chosen", "full"))

@@ -58,11 +58,14 @@ _ACE_PRESETS = {"paper": {}, "n10-d1": {"num_actors": 10}, "n5-d2": {"plan_depth
 _CONT = ("continuous",)
 _ALL_KINDS = ("continuous", "discrete", "multi_discrete", "hybrid")
 _DISCRETE_KINDS = ("discrete", "multi_discrete", "hybrid")
-# AQL (App. A2): unrolls of 30 steps, 32 per batch; one update per 8 env steps, each unroll
-# step learned from about 120 times (the paper: 100 actors feed one learner; see aql.md).
+# AQL (App. A2): unrolls of 30 steps, 32 per batch; one update per 16 env steps (two unrolls
+# sampled per env step, each step learned from about 60 times: CartPole-v1 and Pendulum-v1
+# --discretize 5 learn in 100k / 50k steps; one unroll per step left CartPole at 472, one per 4
+# steps left Pendulum at -922). The paper's learner sees each step about 3 times (an actor
+# sends its fresh unroll and 2 replayed ones: 0.1 unrolls per env step): --preset paper.
 # Rewards scaled by the return's running std: the paper's learning rate is for the Control
 # Suite's rewards in [0, 1] (Pendulum-v1's -16..0 left Q's action dependence unlearned at 50k)
-_AQL_TRAIN = {"batch_size": 32, "updates_per_step": 0.125, "normalize_reward": True}
+_AQL_TRAIN = {"batch_size": 32, "updates_per_step": 1 / 16, "normalize_reward": True}
 
 
 def _aql(name: str, search: str, kinds: tuple[str, ...], description: str) -> Algorithm:
@@ -72,11 +75,14 @@ def _aql(name: str, search: str, kinds: tuple[str, ...], description: str) -> Al
                      train_overrides=_AQL_TRAIN)
 
 
-# "small": quick runs on a CPU, the learning-time search 5x smaller (N 20, M 80) and half the
-# unrolls per update (CartPole-v1 reaches 500 in about 40k steps, 2 minutes here)
-_AQL_PRESETS = {"paper": {}, "small": {"hidden": (64, 64), "proposal_hidden": (64,),
-                                       "proposal_samples": 20, "uniform_samples": 80,
-                                       "train": {"batch_size": 16}}}
+# "paper": the paper's sizes (the defaults) with its learner's replay ratio, 0.1 unrolls per env
+# step (each step learned about 3 times: cheap enough for big action spaces, slow to learn);
+# "small": quick runs on a CPU, the learning-time search 5x smaller (N 20, M 80), 16 unrolls
+# per update every 8 env steps (CartPole-v1 reaches 500 in about 40k steps, 2 minutes here)
+_AQL_PRESETS = {"paper": {"train": {"updates_per_step": 0.1 / 32}},
+                "small": {"hidden": (64, 64), "proposal_hidden": (64,),
+                          "proposal_samples": 20, "uniform_samples": 80,
+                          "train": {"batch_size": 16, "updates_per_step": 0.125}}}
 # ACER (Wang et al. 2017): Algorithm 1's cadence over K env copies, k-step windows; the
 # papers' setups: Atari (Sec. 4: k 20, c 10, alpha 0.99, 16 threads with 50 000-frame memories)
 # and MuJoCo (Sec. 6: k 50, c 5, alpha 0.995, replay only, 5 000-frame memories per thread)

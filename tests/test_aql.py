@@ -36,15 +36,67 @@ def test_sampled_argmax_equals_exact_argmax_on_a_small_action_set():
     a_exact, q_exact, _ = exact.argmax(state["params"], state["params"]["q"], obs,
                                        jax.random.PRNGKey(2))
     for search in ("proposal", "uniform"):
-        agent = _agent(spec, search=search)
-        s = agent.init(jax.random.PRNGKey(0))  # same Q parameters (same key, same layout)
-        a, q, _ = agent.argmax(s["params"], state["params"]["q"], obs, jax.random.PRNGKey(3))
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(a_exact))
-        np.testing.assert_allclose(q, q_exact, rtol=1e-6)
+        for lookup in (False, True):
+            agent = _agent(spec, search=search, lookup=lookup)
+            assert (agent.table is not None) == lookup
+            s = agent.init(jax.random.PRNGKey(0))  # same Q parameters (same key and layout)
+            a, q, _ = agent.argmax(s["params"], state["params"]["q"], obs,
+                                   jax.random.PRNGKey(3))
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(a_exact))
+            np.testing.assert_allclose(q, q_exact, rtol=1e-6)
     # and exact really is the maximum over every action
     every = exact.all_actions
     q_all = exact.q_values(state["params"]["q"], obs, jnp.broadcast_to(every, (50, 6, 2)))
     np.testing.assert_allclose(q_exact, np.max(np.asarray(q_all), -1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("spec", [
+    _md([5, 5, 5]),  # 125 actions, 72 samples: the table holds actions no sample drew
+    ActionSpec("hybrid", components=(ActionSpec("discrete", n=3),
+                                     ActionSpec("multi_discrete", shape=(3,), nvec=(4, 4, 4),
+                                                levels=4))),
+])
+def test_table_lookup_changes_nothing_but_the_work(spec):
+    """Q looked up in the table of every action = Q of the candidates computed directly: same
+    argmax, same value, same proposal statistics (ties aside, which random Q never has)."""
+    over = dict(uniform_samples=64, proposal_samples=136)  # 200 >= 125 and 3 * 64 = 192
+    plain, table = _agent(spec, lookup=False, **over), _agent(spec, **over)
+    assert plain.table is None and table.table is not None
+    state = plain.init(jax.random.PRNGKey(0))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (7, 4, 3))
+    key = jax.random.PRNGKey(2)
+    acts, _ = plain.candidates(state["params"], obs, key)
+    np.testing.assert_allclose(table.candidate_q_values(state["params"]["q"], obs, acts),
+                               plain.q_values(state["params"]["q"], obs, acts), rtol=1e-5,
+                               atol=1e-6)
+    a0, q0, i0 = plain.argmax(state["params"], state["params"]["q"], obs, key)
+    a1, q1, i1 = table.argmax(state["params"], state["params"]["q"], obs, key)
+    np.testing.assert_array_equal(np.asarray(a0), np.asarray(a1))
+    np.testing.assert_allclose(q0, q1, rtol=1e-5, atol=1e-6)
+    for name in ("from_proposal", "q_gap", "first_uniform", "proposal_sample"):
+        np.testing.assert_allclose(i0[name], i1[name], rtol=1e-5, atol=1e-6)
+
+
+def test_table_is_not_built_when_the_samples_are_fewer_than_the_actions():
+    assert _agent(_md([5, 5, 5])).table is None  # 125 actions > 8 + 64 samples
+    assert _agent(_md([3, 2]), search="cem").table is None
+    assert _agent(ActionSpec("continuous", shape=(2,))).table is None
+
+
+@pytest.mark.parametrize("rows", [1, 7, 40, 10_000])
+def test_exact_search_in_chunks_is_the_brute_force_argmax(rows):
+    """Chunks of exact_rows // states actions (1 action per chunk up to all at once, with
+    a padded last chunk) give the argmax over every action."""
+    spec = _md([4, 3, 5])  # 60 actions
+    agent = _agent(spec, search="exact", exact_rows=rows)
+    state = agent.init(jax.random.PRNGKey(0))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (3, 2, 3))
+    a, q, _ = agent.argmax(state["params"], state["params"]["q"], obs, jax.random.PRNGKey(2))
+    every = np.asarray(agent.all_actions)
+    q_all = np.asarray(agent.q_values(state["params"]["q"], obs,
+                                      jnp.broadcast_to(every, (3, 2, 60, 3))))
+    np.testing.assert_array_equal(np.asarray(a), every[np.argmax(q_all, -1)])
+    np.testing.assert_allclose(q, q_all.max(-1), rtol=1e-5, atol=1e-6)
 
 
 def _peng_reference(r, disc, next_q, mask, gamma, lam):

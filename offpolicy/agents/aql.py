@@ -101,6 +101,17 @@ class AQL:
         self.search = config.search
         if self.search == "exact":
             self.all_actions = jnp.asarray(emb.enumerate_actions(spec, config.exact_limit))
+        # Q of every action as a table when that costs no more than the candidates: a
+        # candidate's Q is then looked up, not recomputed (the same argmax, at K/(N + M) of
+        # the cost when N + M samples repeat K actions, e.g. CartPole's 2)
+        self.table, self.strides = None, None
+        sizes = emb.sub_action_sizes(spec)
+        searched = {"proposal": config.proposal_samples + config.uniform_samples,
+                    "uniform": config.uniform_samples}.get(self.search, 0)
+        if config.lookup and np.all(sizes > 0) and 0 < np.prod(sizes) <= searched:
+            self.table = jnp.asarray(emb.enumerate_actions(spec, searched))
+            # index of a flat action in the table (lexicographic, the last sub-action fastest)
+            self.strides = jnp.asarray(np.cumprod(np.r_[sizes[1:], 1][::-1])[::-1], jnp.float32)
         if self.search == "cem" and config.cem_elites > config.cem_samples:
             raise OffpolicyError("--aql.cem-elites must not exceed --aql.cem-samples")
         self.q_opt = optax.adam(config.q_lr)
@@ -134,6 +145,46 @@ class AQL:
         return self.q_net.apply({"params": q_params}, obs,
                                 emb.embed(self.spec, actions, self.config.hybrid_embedding))
 
+    def candidate_q_values(self, q_params, obs, actions):
+        """:meth:`q_values` of the searched candidates [..., C, D]; with a table (every action
+        of a small discrete space), Q of each of the K actions once per state and the C
+        candidates' values looked up in it (the same numbers, K rows instead of C)."""
+        if self.table is None:
+            return self.q_values(q_params, obs, actions)
+        batch = obs.shape[:-1]
+        q_all = self.q_values(q_params, obs, jnp.broadcast_to(self.table,
+                                                              batch + self.table.shape))
+        index = jnp.round(actions @ self.strides).astype(jnp.int32)  # [..., C]
+        return jnp.take_along_axis(q_all, index, axis=-1)
+
+    def _exact(self, q_params, obs):
+        """argmax over every action, in chunks of actions so that one chunk evaluates about
+        2^18 (state, action) rows (15 625 actions at 992 learning states would otherwise hold
+        15.5M rows of activations at once); a running max over the chunks, ties to the first."""
+        every = self.all_actions
+        count = every.shape[0]
+        batch = obs.shape[:-1]
+        rows = max(int(np.prod(batch)), 1)
+        chunk = int(np.clip(self.config.exact_rows // rows, 1, count))
+        chunks = -(-count // chunk)
+        # padding repeats the last action: its duplicate never wins a tie against it
+        padded = jnp.concatenate([every, jnp.repeat(every[-1:], chunks * chunk - count, 0)])
+        padded = padded.reshape(chunks, chunk, every.shape[-1])
+
+        def body(carry, xs):
+            best_q, best_i = carry
+            acts, offset = xs
+            q = self.q_values(q_params, obs, jnp.broadcast_to(acts, batch + acts.shape))
+            i = jnp.argmax(q, axis=-1)
+            m = jnp.max(q, axis=-1)
+            better = m > best_q
+            return (jnp.where(better, m, best_q), jnp.where(better, i + offset, best_i)), None
+
+        init = (jnp.full(batch, -jnp.inf, jnp.float32), jnp.zeros(batch, jnp.int32))
+        offsets = jnp.arange(chunks, dtype=jnp.int32) * chunk
+        (best_q, best_i), _ = jax.lax.scan(body, init, (padded, offsets))
+        return every[best_i], best_q
+
     def _proposal_features(self, params, obs):
         return self.features.apply({"params": params["proposal"]["features"]}, obs)
 
@@ -157,16 +208,16 @@ class AQL:
         """(a* [..., D], Q(s, a*) [...], diagnostics) by the configured search."""
         if self.search == "cem":
             return self._cem(q_params, obs, key)
+        if self.search == "exact":  # epsilon-greedy still needs a uniformly random action
+            a_star, q_star = self._exact(q_params, obs)
+            first = emb.uniform_actions(jax.random.split(key)[0], self.spec, obs.shape[:-1])
+            return a_star, q_star, {"first_uniform": first}
         acts, num_proposed = self.candidates(params, obs, key)
-        q = self.q_values(q_params, obs, acts)
+        q = self.candidate_q_values(q_params, obs, acts)
         best = jnp.argmax(q, axis=-1)
         a_star = jnp.take_along_axis(acts, best[..., None, None], axis=-2)[..., 0, :]
         q_star = jnp.max(q, axis=-1)
-        if self.search == "exact":  # epsilon-greedy still needs a uniformly random action
-            first = emb.uniform_actions(jax.random.split(key)[0], self.spec, obs.shape[:-1])
-        else:
-            first = acts[..., 0, :]
-        info = {"first_uniform": first}
+        info = {"first_uniform": acts[..., 0, :]}
         if num_proposed:
             m = acts.shape[-2] - num_proposed
             info["from_proposal"] = (best >= m).astype(jnp.float32)
@@ -232,7 +283,7 @@ class AQL:
             raise OffpolicyError(f"--proposal needs a learned proposal (search 'proposal'), "
                                  f"this agent searches by '{self.search}'")
         acts, num_proposed = self.candidates(params, obs, key)
-        q = self.q_values(params["q"], obs, acts)
+        q = self.candidate_q_values(params["q"], obs, acts)
         best = jnp.argmax(q, axis=-1)
         a_star = jnp.take_along_axis(acts, best[..., None, None], axis=-2)[..., 0, :]
         feats = self._proposal_features(params, obs)

@@ -64,6 +64,9 @@ SUITES = {
     # Platform (hybrid actions, --env offpolicy/Platform-v0 --steps 200000 --eval-every 20000
     # --eval-episodes 100): AQL against its two baselines on the same budget
     "aql-platform": ["aql", "uniform-q", "qt-opt"],
+    # the same with --preset small (64-unit networks, N 20 + M 80): the paper's sizes cost
+    # about 1-2.5 s per update here, 3-9 hours per 200k-step run
+    "aql-platform-small": ["aql-small", "uniform-q-small", "qt-opt-small"],
     # the AQL paper's Fig. 2 analogue (--env HalfCheetah-v5 and dm_control/cartpole-swingup-v0,
     # --steps 100000): discretized AQL (autoregressive, independent), AQL with Gaussian
     # proposals on the continuous actions, Uniform-Q (discretized, as in the paper), QT-Opt
@@ -117,6 +120,8 @@ VARIANTS = {
     "aql-small-d5": ("aql", ["--preset", "small", "--discretize", "5"]),
     "aql-indep-d5": ("aql", ["--discretize", "5", "--no-aql.autoregressive"]),
     "uniform-q-d5": ("uniform-q", ["--discretize", "5"]),
+    "uniform-q-small": ("uniform-q", ["--preset", "small"]),
+    "qt-opt-small": ("qt-opt", ["--preset", "small"]),
 }
 
 

@@ -150,7 +150,7 @@ def steps_for(name: str, ddpg_steps: int) -> tuple[int, int]:
     name = ABLATIONS.get(name, name)
     if name.endswith("-cheetah-d5"):  # one update per step of 0.5-40 s: a few steps, past
         # the 100 warm-up steps (the first update compiles during warm-up)
-        return (6 if "exact" in name else 30), 102
+        return (3 if "exact" in name else 15), 102
     if "acer" in name:  # PFRL's replay starts after 1000 finished-episode steps: warm past it
         return ddpg_steps, 1100
     if name.startswith("ours-ace-5-2"):

@@ -70,8 +70,11 @@ SUITES = {
     # the AQL paper's Fig. 2 analogue (--env HalfCheetah-v5 and dm_control/cartpole-swingup-v0,
     # --steps 100000): discretized AQL (autoregressive, independent), AQL with Gaussian
     # proposals on the continuous actions, Uniform-Q (discretized, as in the paper), QT-Opt
-    # (CEM on the continuous actions) and DDPG
-    "aql-fig2": ["aql-d5", "aql-indep-d5", "aql", "uniform-q-d5", "qt-opt", "ddpg"],
+    # (CEM on the continuous actions) and DDPG. The Q-learners run --preset paper: the paper's
+    # sizes and its learner's replay ratio (0.1 unrolls per env step), about 310 updates per
+    # 100k steps; that keeps the 36 runs within 10 hours on 2 cores (docs/algorithms/aql.md)
+    "aql-fig2": ["aql-d5-paper", "aql-indep-d5-paper", "aql-paper", "uniform-q-d5-paper",
+                 "qt-opt-paper", "ddpg"],
     # the ReF-ER issue's acceptance runs: --env Pendulum-v1 --steps 30000 (naf, ddpg-refer)
     # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
@@ -118,9 +121,13 @@ VARIANTS = {
     "aql-small": ("aql", ["--preset", "small"]),
     "aql-d5": ("aql", ["--discretize", "5"]),
     "aql-small-d5": ("aql", ["--preset", "small", "--discretize", "5"]),
-    "aql-indep-d5": ("aql", ["--discretize", "5", "--no-aql.autoregressive"]),
-    "uniform-q-d5": ("uniform-q", ["--discretize", "5"]),
     "uniform-q-small": ("uniform-q", ["--preset", "small"]),
+    "aql-d5-paper": ("aql", ["--preset", "paper", "--discretize", "5"]),
+    "aql-indep-d5-paper": ("aql", ["--preset", "paper", "--discretize", "5",
+                                   "--no-aql.autoregressive"]),
+    "aql-paper": ("aql", ["--preset", "paper"]),
+    "uniform-q-d5-paper": ("uniform-q", ["--preset", "paper", "--discretize", "5"]),
+    "qt-opt-paper": ("qt-opt", ["--preset", "paper"]),
     "qt-opt-small": ("qt-opt", ["--preset", "small"]),
 }
 

@@ -98,6 +98,9 @@ class TrainConfig:
         ge=0)
     normalize_obs: bool = _f(False, "normalise observations with running mean/std")
     normalize_reward: bool = _f(False, "scale rewards by the running std of the return")
+    clip_reward: float = _f(0.0, "clip the rewards stored in replay to [-c, c] (the DQN, A3C "
+                            "and ACER Atari protocol: 1); episode returns and evaluations stay "
+                            "unclipped; 0 = off", ge=0)
     save_replay: bool = _f(True, "include the replay buffer in checkpoints (needed to resume)")
     quiet: bool = _f(False, "no progress bar; one line per evaluation")
 

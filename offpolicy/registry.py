@@ -84,15 +84,16 @@ _AQL_PRESETS = {"paper": {"train": {"updates_per_step": 0.1 / 32}},
                           "proposal_samples": 20, "uniform_samples": 80,
                           "train": {"batch_size": 16, "updates_per_step": 0.125}}}
 # ACER (Wang et al. 2017): Algorithm 1's cadence over K env copies, k-step windows; the
-# papers' setups: Atari (Sec. 4: k 20, c 10, alpha 0.99, 16 threads with 50 000-frame memories)
-# and MuJoCo (Sec. 6: k 50, c 5, alpha 0.995, replay only, 5 000-frame memories per thread)
+# papers' setups: Atari (Sec. 4: k 20, c 10, alpha 0.99, 16 threads with 50 000-frame memories,
+# rewards clipped to [-1, 1] as in DQN and A3C) and MuJoCo (Sec. 6: k 50, c 5, alpha 0.995,
+# replay only, 5 000-frame memories per thread)
 _ACER_TRAIN = {"segment_length": 20, "replay_ratio": 4.0, "num_envs": 4, "batch_size": 16,
                "buffer_size": 100_000}
 _ACER_PRESETS = {
     "paper-atari": {"torso": "cnn", "truncation": 10.0, "average_decay": 0.99,
                     "entropy_weight": 1e-3, "trust_region_delta": 1.0,
                     "train": {"segment_length": 20, "replay_ratio": 4.0, "num_envs": 16,
-                              "batch_size": 16, "buffer_size": 800_000}},
+                              "batch_size": 16, "buffer_size": 800_000, "clip_reward": 1.0}},
     "paper-mujoco": {"truncation": 5.0, "average_decay": 0.995, "policy_std": 0.3,
                      "learn_std": False, "on_policy_update": False,
                      "train": {"segment_length": 50, "replay_ratio": 4.0, "num_envs": 16,

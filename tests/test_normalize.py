@@ -56,3 +56,22 @@ def test_normalised_run_saves_and_restores_statistics(tmp_path):
     np.testing.assert_array_equal(t2.obs_norm.rms.mean, t.obs_norm.rms.mean)
     np.testing.assert_array_equal(t2.reward_scale.rms.var, t.reward_scale.rms.var)
     assert t2.train()["step"] == 400
+
+
+def test_clip_reward_clips_what_replay_stores_not_the_reported_returns(tmp_path):
+    """--clip-reward c (the Atari protocol, c = 1): replay holds clip(r, -c, c); the episode
+    returns the collector reports are the env's. Pendulum-v1's rewards lie in [-16.3, 0]."""
+    over = {"env": "Pendulum-v1", "steps": 250, "batch_size": 16, "eval_every": 10**6,
+            "eval_episodes": 1, "checkpoint_every": 10**6, "quiet": True, "clip_reward": 1.0}
+    run = registry.resolve("ddpg", train_overrides=over, agent_overrides={"hidden": (16, 16)})
+    t = Run(run, tmp_path / "r")
+    t.train(final_eval=False)
+    stored = t.replay.reward[:len(t.replay)]
+    assert stored.min() >= -1.0 and stored.max() <= 0.0
+    assert np.mean(stored == -1.0) > 0.5  # most Pendulum steps cost more than 1
+    import csv
+
+    with open(tmp_path / "r" / "train.csv") as f:  # the one finished 200-step episode
+        logged = [float(r["episode_return"]) for r in csv.DictReader(f)
+                  if r["episode_return"] not in ("", "nan")]
+    assert len(logged) == 1 and logged[0] < -200.0 < stored[:200].sum()  # unclipped

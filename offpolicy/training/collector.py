@@ -28,7 +28,7 @@ class Collector:
     def __init__(self, env_id: str, num_envs: int, seed: int, spec: ActionSpec,
                  obs_shape: tuple[int, ...], replay: ReplayBuffer, noise: NoiseSpec | None,
                  behaviour_fields: dict, obs_norm: ObsNormalizer, reward_scale: RewardScaler,
-                 asynchronous: bool = False):
+                 asynchronous: bool = False, clip_reward: float = 0.0):
         self.env_id, self.num_envs, self.seed, self.spec = env_id, num_envs, seed, spec
         self.replay = replay
         self.envs = EnvCopies(env_id, num_envs, seed, spec, asynchronous)
@@ -37,6 +37,7 @@ class Collector:
                                 np.random.Generator(np.random.PCG64(seed + 1)))
                       if noise is not None else None)
         self.obs_norm, self.reward_scale = obs_norm, reward_scale
+        self.clip_reward = float(clip_reward)  # > 0: replay stores clip(r, -c, c)
         self.normalizing = obs_norm.enabled or reward_scale.enabled
         # behaviour info of random warm-up actions: -1 for integer fields (no actor chose it)
         self.default_info = {k: np.full((num_envs, *s), -1 if np.dtype(d).kind in "iu" else 0, d)
@@ -89,8 +90,10 @@ class Collector:
             what = "reward" if not np.isfinite(reward).all() else "observation"
             raise NonFiniteError(f"non-finite {what} from {self.env_id} at step {step}; check "
                                  "the environment or its wrappers")
+        self.ep_return += reward  # the env's reward: returns are reported unclipped
+        if self.clip_reward > 0:
+            reward = np.clip(reward, -self.clip_reward, self.clip_reward)
         self.replay.add_batch(action, reward, terminated, truncated, next_obs, info)
-        self.ep_return += reward
         done = terminated | truncated
         if self.normalizing:
             self.obs_norm.update(next_obs)

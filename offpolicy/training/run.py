@@ -237,7 +237,7 @@ class Run:
             self._collector = Collector(tc.env, tc.num_envs, tc.seed, self.spec, self.obs_shape,
                                         self.replay, self.agent.exploration_noise,
                                         self.agent.behaviour_fields, self.obs_norm,
-                                        self.reward_scale, tc.async_envs)
+                                        self.reward_scale, tc.async_envs, tc.clip_reward)
             if self._saved_collector is not None:
                 self._collector.load_state_dict(self._saved_collector)
         return self._collector
@@ -380,8 +380,8 @@ class Run:
             raise
         finally:
             self._restore_signals(old_handlers)
-        if self.run_dir is not None and status == "completed":
-            plot_run(self.run_dir)
+        if self.run_dir is not None and status == "completed" and self._last_eval()[0] >= 0:
+            plot_run(self.run_dir)  # a run without any evaluation has no curve to draw
         return {"status": status, "signal": self._stop_signal, "step": self.step,
                 "final_return": self._last_eval()[1], "best_return": self.best_return,
                 "run_dir": str(self.run_dir)}

@@ -28,6 +28,7 @@ def test_defaults_and_presets_resolve():
     assert mujoco.agent.truncation == 5.0 and mujoco.agent.average_decay == 0.995
     atari = registry.resolve("acer", preset="paper-atari")
     assert atari.agent.torso == "cnn" and atari.train.num_envs == 16
+    assert atari.train.clip_reward == 1.0 and run.train.clip_reward == 0.0
 
 
 def test_paper_constants_by_action_kind(tmp_path):

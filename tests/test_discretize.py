@@ -363,3 +363,28 @@ def test_env_copies_step_the_env_with_the_levels_values():
         envs.close()
         for env in plain:
             env.close()
+
+
+def test_async_env_copies_match_the_synchronous_ones_across_an_episode_end():
+    """--async-envs: the subprocess copies (started by a fork server, not a fork of this
+    JAX process) give the same transitions as the in-process ones, through Pendulum-v1's
+    truncation at 200 steps and the same-step reset."""
+    from offpolicy.envs.vector import EnvCopies
+
+    probe = make_env("Pendulum-v1")
+    spec = action_spec(probe)
+    probe.close()
+    sync, asyn = EnvCopies("Pendulum-v1", 2, 5, spec), EnvCopies("Pendulum-v1", 2, 5, spec, True)
+    rng = np.random.default_rng(0)
+    try:
+        np.testing.assert_array_equal(sync.reset(5), asyn.reset(5))
+        ended = 0
+        for _ in range(203):
+            a = rng.uniform(-1, 1, (2, 1)).astype(np.float32)
+            for x, y in zip(sync.step(a), asyn.step(a)):
+                np.testing.assert_allclose(x, y, rtol=1e-6)
+            ended += int(x.any()) if x.dtype == bool else 0
+        assert ended == 1  # both copies truncated together at step 200
+    finally:
+        sync.close()
+        asyn.close()

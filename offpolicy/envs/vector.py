@@ -7,7 +7,9 @@ the observation to act on next (the reset observation there), as float32, or uin
 process as a plain list (a few microseconds per step; Gymnasium's SyncVectorEnv adds ~40 us
 per step of info merging we do not need); ``asynchronous=True`` runs them in subprocesses with
 Gymnasium's ``AsyncVectorEnv`` (same-step auto-reset), worth it when one env step costs more
-than the inter-process round trip.
+than the inter-process round trip. Its workers start from a fork server (or spawn), never by
+forking this process: JAX's threads are running here, and a fork of a multi-threaded process
+can deadlock (JAX warns about it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,14 @@ import numpy as np
 
 from offpolicy.envs.make import make_env, observation_dtype
 from offpolicy.envs.spaces import ActionSpec
+
+
+def _start_method() -> str:
+    """A start method that does not fork the (multi-threaded) training process."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return "forkserver" if "forkserver" in methods else "spawn"
 
 
 class EnvCopies:
@@ -31,7 +41,8 @@ class EnvCopies:
             self.obs_dtype = observation_dtype(probe)
             probe.close()
             fns = [lambda i=i: make_env(env_id, seed + i) for i in range(self.num_envs)]
-            self._vec = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+            self._vec = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP,
+                                       context=_start_method())
             self._space = self._vec.single_action_space
             self._actions = gym.vector.utils.create_empty_array(self._space, self.num_envs)
             self.envs = []

@@ -520,3 +520,26 @@ def test_rings_keep_their_own_order_and_episode_starts_survive_save(tmp_path):
     e1, e2 = buf.sample_episodes(8, 10), new.sample_episodes(8, 10)
     for k in e1[1]:
         np.testing.assert_array_equal(e1[1][k], e2[1][k], err_msg=k)
+
+
+def test_a_replay_larger_than_the_machine_is_refused_up_front():
+    """The arrays are mapped lazily, so a too-large replay would only fail once it filled up,
+    hours into a run: ReF-ER/ACER's paper-atari memory (800k uint8 84x84x4 frames, ~21 GiB)
+    on an 8 GiB machine is refused at once, with the --buffer-size that would fit."""
+    import warnings
+
+    from offpolicy.replay.storage import check_memory
+
+    gib = 1024**3
+    frames = 84 * 84 * 4 + 4 + 4 + 3
+    with pytest.raises(OffpolicyError, match=r"needs 21\.0 GiB.*about 243384 steps"):
+        check_memory(800_000, frames, {"MemTotal": 8 * gib, "MemAvailable": 6 * gib})
+    with pytest.warns(UserWarning, match="21.0 GiB; 6.0 GiB of memory is available"):
+        check_memory(800_000, frames, {"MemTotal": 32 * gib, "MemAvailable": 6 * gib})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_memory(800_000, frames, {"MemTotal": 32 * gib, "MemAvailable": 30 * gib})
+        check_memory(800_000, frames, {})  # no /proc/meminfo: nothing to check against
+    # and the buffer itself checks: 10^12 steps of one float fit nowhere
+    with pytest.raises(OffpolicyError, match="more than this machine's"):
+        ReplayBuffer(10**12, (1,), 1)

@@ -43,6 +43,36 @@ _CORE = ("obs", "action", "reward", "terminated", "truncated", "valid")
 RESERVED = _CORE + ("next_obs", "discount", "mask")
 
 
+def _meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes (Linux); empty where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f
+                    if line.split()[-1:] == ["kB"]}
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def check_memory(capacity: int, per_step: int, meminfo: dict[str, int] | None = None) -> None:
+    """Refuse a replay that cannot fit in this machine's memory once full (the arrays are
+    mapped lazily, so without this a run would die hours in, when replay fills up), and warn
+    when it would not fit in the memory available now."""
+    info = _meminfo() if meminfo is None else meminfo
+    need = capacity * per_step
+    total, avail = info.get("MemTotal"), info.get("MemAvailable")
+    gb = 1024**3
+    if total and need > total:
+        raise OffpolicyError(
+            f"a full replay of {capacity} steps needs {need / gb:.1f} GiB ({per_step} bytes "
+            f"per step), more than this machine's {total / gb:.1f} GiB of memory: lower "
+            f"--buffer-size (about {int(0.8 * total / per_step)} steps would use 80%)")
+    if avail and need > avail:
+        import warnings
+
+        warnings.warn(f"a full replay of {capacity} steps will need {need / gb:.1f} GiB; "
+                      f"{avail / gb:.1f} GiB of memory is available now", stacklevel=3)
+
+
 class ReplayBuffer:
     def __init__(
         self,
@@ -83,6 +113,10 @@ class ReplayBuffer:
             if len(spec) > 2:
                 self.extra_initial[name] = spec[2]
         c = self.capacity
+        per_step = (int(np.prod(self.obs_shape)) * np.dtype(obs_dtype).itemsize
+                    + 4 * self.action_dim + 4 + 3
+                    + sum(int(np.prod(sh)) * dt.itemsize for sh, dt in self.extra_specs.values()))
+        check_memory(c, per_step)
         # np.zeros maps untouched pages lazily: a 1e6 buffer costs memory only as it fills.
         self.obs = np.zeros((c, *self.obs_shape), obs_dtype)
         self.action = np.zeros((c, self.action_dim), np.float32)

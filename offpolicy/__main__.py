@@ -1,3 +1,4 @@
 from offpolicy.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # also imported, not run, by --async-envs' fork server
+    raise SystemExit(main())

@@ -46,7 +46,9 @@ class TrainConfig:
         "give K x updates_per_step updates, so sample efficiency per env step is unchanged",
         ge=1, le=256)
     async_envs: bool = _f(False, "step the env copies in subprocesses (Gymnasium "
-                          "AsyncVectorEnv) instead of in this process")
+                          "AsyncVectorEnv) instead of in this process; they start from a "
+                          "fork server, so a script that trains this way needs the "
+                          "`if __name__ == '__main__':` guard")
     pipeline: bool = _f(
         False, "overlap the env step with the update: act with parameters one update old "
         "(a departure from the papers' Algorithm 1 by one update; off by default)")

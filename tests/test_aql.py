@@ -83,10 +83,11 @@ def test_table_is_not_built_when_the_samples_are_fewer_than_the_actions():
     assert _agent(ActionSpec("continuous", shape=(2,))).table is None
 
 
-@pytest.mark.parametrize("rows", [1, 7, 40, 10_000])
+@pytest.mark.parametrize("rows", [1, 7, 40, 42, 10_000])
 def test_exact_search_in_chunks_is_the_brute_force_argmax(rows):
-    """Chunks of exact_rows // states actions (1 action per chunk up to all at once, with
-    a padded last chunk) give the argmax over every action."""
+    """Chunks of exact_rows // states actions (1 action per chunk up to all at once; 42 rows
+    at 6 states: chunks of 7, the last one padded with 3 copies of the last action) give the
+    argmax over every action."""
     spec = _md([4, 3, 5])  # 60 actions
     agent = _agent(spec, search="exact", exact_rows=rows)
     state = agent.init(jax.random.PRNGKey(0))
@@ -97,6 +98,17 @@ def test_exact_search_in_chunks_is_the_brute_force_argmax(rows):
                                       jnp.broadcast_to(every, (3, 2, 60, 3))))
     np.testing.assert_array_equal(np.asarray(a), every[np.argmax(q_all, -1)])
     np.testing.assert_allclose(q, q_all.max(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_exact_search_breaks_ties_to_the_first_action_across_chunks():
+    """A constant Q: every action ties, and the running max over chunks keeps the first."""
+    agent = _agent(_md([4, 3, 5]), search="exact", exact_rows=42)  # 9 chunks at 6 states
+    state = agent.init(jax.random.PRNGKey(0))
+    q = jax.tree_util.tree_map(jnp.zeros_like, state["params"]["q"])
+    obs = jax.random.normal(jax.random.PRNGKey(1), (3, 2, 3))
+    a, v, _ = agent.argmax(state["params"], q, obs, jax.random.PRNGKey(2))
+    np.testing.assert_array_equal(np.asarray(a), np.zeros((3, 2, 3)))
+    np.testing.assert_array_equal(np.asarray(v), np.zeros((3, 2)))
 
 
 def _peng_reference(r, disc, next_q, mask, gamma, lam):

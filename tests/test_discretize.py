@@ -375,6 +375,7 @@ def test_async_env_copies_match_the_synchronous_ones_across_an_episode_end():
     spec = action_spec(probe)
     probe.close()
     sync, asyn = EnvCopies("Pendulum-v1", 2, 5, spec), EnvCopies("Pendulum-v1", 2, 5, spec, True)
+    assert asyn._vec.context in ("forkserver", "spawn")  # never a fork of this process
     rng = np.random.default_rng(0)
     try:
         np.testing.assert_array_equal(sync.reset(5), asyn.reset(5))
@@ -388,3 +389,35 @@ def test_async_env_copies_match_the_synchronous_ones_across_an_episode_end():
     finally:
         sync.close()
         asyn.close()
+
+
+def test_async_env_copies_know_envs_registered_in_this_process_and_platform():
+    """A fresh worker does not inherit this process's registry: an id registered here at run
+    time, and the library's own offpolicy/Platform-v0 (registered on first use), still work."""
+    import gymnasium as gym
+
+    from offpolicy.envs.platform import ENV_ID
+    from offpolicy.envs.vector import EnvCopies
+
+    gym.register("OffpolicyTestPendulum-v0",
+                 entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",
+                 max_episode_steps=20)
+    try:
+        for env_id, steps in (("OffpolicyTestPendulum-v0", 21), (ENV_ID, 5)):
+            probe = make_env(env_id)
+            spec = action_spec(probe)
+            probe.close()
+            envs = EnvCopies(env_id, 2, 0, spec, True)
+            try:
+                obs = envs.reset(0)
+                assert obs.shape[0] == 2
+                truncated = []
+                for _ in range(steps):
+                    a = np.zeros((2, spec.flat_dim), np.float32)
+                    truncated.append(envs.step(a)[4])
+                if env_id != ENV_ID:
+                    assert np.asarray(truncated)[19].all()  # its registered time limit, 20
+            finally:
+                envs.close()
+    finally:
+        gym.registry.pop("OffpolicyTestPendulum-v0", None)

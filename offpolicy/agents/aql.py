@@ -38,6 +38,7 @@ does on the Control Suite (its state embedding is the identity, Fig. 1).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -108,10 +109,10 @@ class AQL:
         sizes = emb.sub_action_sizes(spec)
         searched = {"proposal": config.proposal_samples + config.uniform_samples,
                     "uniform": config.uniform_samples}.get(self.search, 0)
-        if config.lookup and np.all(sizes > 0) and 0 < np.prod(sizes) <= searched:
+        if config.lookup and np.all(sizes > 0) and 0 < math.prod(sizes.tolist()) <= searched:
             self.table = jnp.asarray(emb.enumerate_actions(spec, searched))
             # index of a flat action in the table (lexicographic, the last sub-action fastest)
-            self.strides = jnp.asarray(np.cumprod(np.r_[sizes[1:], 1][::-1])[::-1], jnp.float32)
+            self.strides = jnp.asarray(np.cumprod(np.r_[sizes[1:], 1][::-1])[::-1], jnp.int32)
         if self.search == "cem" and config.cem_elites > config.cem_samples:
             raise OffpolicyError("--aql.cem-elites must not exceed --aql.cem-samples")
         self.q_opt = optax.adam(config.q_lr)
@@ -154,7 +155,7 @@ class AQL:
         batch = obs.shape[:-1]
         q_all = self.q_values(q_params, obs, jnp.broadcast_to(self.table,
                                                               batch + self.table.shape))
-        index = jnp.round(actions @ self.strides).astype(jnp.int32)  # [..., C]
+        index = jnp.sum(jnp.round(actions).astype(jnp.int32) * self.strides, -1)  # [..., C]
         return jnp.take_along_axis(q_all, index, axis=-1)
 
     def _exact(self, q_params, obs):

@@ -14,10 +14,27 @@ can deadlock (JAX warns about it).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from offpolicy.envs.make import make_env, observation_dtype
 from offpolicy.envs.spaces import ActionSpec
+from offpolicy.errors import OffpolicyError
+
+
+def _make_copy(env_id: str, seed: int, spec) -> object:
+    """One env copy in an async worker, registering ``spec`` there first if the worker does
+    not know ``env_id`` (an env registered at run time in the parent)."""
+    import gymnasium as gym
+
+    try:
+        return make_env(env_id, seed)
+    except OffpolicyError:
+        if spec is None or env_id in gym.registry:
+            raise
+        gym.registry[env_id] = spec
+        return make_env(env_id, seed)
 
 
 def _start_method() -> str:
@@ -40,7 +57,11 @@ class EnvCopies:
             probe = make_env(env_id, seed)  # bad ids fail here, with the one-line error
             self.obs_dtype = observation_dtype(probe)
             probe.close()
-            fns = [lambda i=i: make_env(env_id, seed + i) for i in range(self.num_envs)]
+            # an id the user registered in this process is unknown to a fresh worker: its spec
+            # travels with the factory (Gymnasium pickles factories with cloudpickle)
+            spec = gym.registry.get(env_id)
+            fns = [functools.partial(_make_copy, env_id, seed + i, spec)
+                   for i in range(self.num_envs)]
             self._vec = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP,
                                        context=_start_method())
             self._space = self._vec.single_action_space

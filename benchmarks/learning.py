@@ -70,11 +70,15 @@ SUITES = {
     # the AQL paper's Fig. 2 analogue (--env HalfCheetah-v5 and dm_control/cartpole-swingup-v0,
     # --steps 100000): discretized AQL (autoregressive, independent), AQL with Gaussian
     # proposals on the continuous actions, Uniform-Q (discretized, as in the paper), QT-Opt
-    # (CEM on the continuous actions) and DDPG. The Q-learners run --preset paper: the paper's
-    # sizes and its learner's replay ratio (0.1 unrolls per env step), about 310 updates per
-    # 100k steps; that keeps the 36 runs within 10 hours on 2 cores (docs/algorithms/aql.md)
-    "aql-fig2": ["aql-d5-paper", "aql-indep-d5-paper", "aql-paper", "uniform-q-d5-paper",
-                 "qt-opt-paper", "ddpg"],
+    # (CEM on the continuous actions) and DDPG. The Q-learners run --preset small (64-unit
+    # networks, N 20 + M 80, 2 unrolls per env step): about 10 minutes per run on one core,
+    # the 36 runs in about 6 core-hours (docs/algorithms/aql.md, "Sizing")
+    "aql-fig2": ["aql-small-d5", "aql-indep-small-d5", "aql-small", "uniform-q-small-d5",
+                 "qt-opt-small", "ddpg"],
+    # the same with the paper's sizes and its learner's replay ratio (--preset paper, 0.1
+    # unrolls per env step, about 310 updates per 100k steps: ~8 core-hours, little learning)
+    "aql-fig2-paper": ["aql-d5-paper", "aql-indep-d5-paper", "aql-paper", "uniform-q-d5-paper",
+                       "qt-opt-paper", "ddpg"],
     # the ReF-ER issue's acceptance runs: --env Pendulum-v1 --steps 30000 (naf, ddpg-refer)
     # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
@@ -129,6 +133,9 @@ VARIANTS = {
     "uniform-q-d5-paper": ("uniform-q", ["--preset", "paper", "--discretize", "5"]),
     "qt-opt-paper": ("qt-opt", ["--preset", "paper"]),
     "qt-opt-small": ("qt-opt", ["--preset", "small"]),
+    "aql-indep-small-d5": ("aql", ["--preset", "small", "--discretize", "5",
+                                   "--no-aql.autoregressive"]),
+    "uniform-q-small-d5": ("uniform-q", ["--preset", "small", "--discretize", "5"]),
 }
 
 

@@ -104,6 +104,26 @@ PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
                    "ours-ddpg": 0.19}
+# what the summary of a suite with its own protocol says under its table
+SUITE_NOTES = {
+    "aql": "Each env step is followed by one update (`--updates-per-step 1`), so 1 / (env "
+           "steps/s) is the time of one env step plus one update. The update recomputes a* at "
+           "all 31 x 32 states of the batch: AQL evaluates Q on N + M = 500 candidates per "
+           "state (uniform-q 400, qt-opt 3 x 100), exact-q on all 15 625 (in chunks of about "
+           "2^18 state-action rows, `--aql.exact-rows`). Bound (AQL issue, acceptance 3): AQL "
+           ">= 10x exact-q. XLA's FLOP count of a scan counts its body once, so exact-q's "
+           "GFLOP/update and FLOP efficiency are those of one chunk (its whole update is about "
+           "15 625 / 500 x AQL's search, some 2.3 TFLOP).",
+    "acer": "ACER updates once per segment plus Poisson(4) replayed windows, not once per env "
+            "step, so the loop ratio and update-only columns are per update, not per step. "
+            "PFRL's ACER is asynchronous (one process per env, no batched acting): ours runs "
+            "--num-envs 1 --batch-size 1 for the comparison; `-envs4` is our default (4 env "
+            "copies, 16 windows per replayed update). PFRL's torch runs one thread "
+            "(peers_pfrl.py, as in the learning driver); ours runs XLA's default threads, so "
+            "on these 2 cores ours could gain at most 2x from threads. Both sides: the same "
+            "128-128 ReLU networks, k, c, delta, alpha and optimiser (the differences PFRL "
+            "cannot express are listed in benchmarks/peers_pfrl.py).",
+}
 COLUMNS = ["round", "entry", "lib", "algo", "steps", "env_steps_per_s", "update_per_s",
            "gflop_per_update", "matmul_gflops", "flop_efficiency", "loop_ratio", "seconds",
            "xla_flags", "backend", "device", "machine"]
@@ -262,31 +282,8 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
         if isinstance(v, dict) and v:
             lines += ["", "Peer versions: " + ", ".join(f"{k} {x}" for k, x in v.items())]
             break
-    if suite == "aql":
-        lines += ["", "Each env step is followed by one update (`--updates-per-step 1`), so "
-                  "1 / (env steps/s) is the time of one env step plus one update. The update "
-                  "recomputes a* at all 31 x 32 states of the batch: AQL evaluates Q on N + M = "
-                  "500 candidates per state (uniform-q 400, qt-opt 3 x 100), exact-q on all "
-                  "15 625 (in chunks of about 2^18 state-action rows, `--aql.exact-rows`). "
-                  "Bound (AQL issue, acceptance 3): AQL >= 10x exact-q. XLA's FLOP count of "
-                  "a scan counts its body once, so exact-q's GFLOP/update and FLOP efficiency "
-                  "are those of one chunk (its whole update is about 15 625 / 500 x AQL's "
-                  "search, some 2.3 TFLOP)."]
-        text = "\n".join(lines) + "\n"
-        (out_dir / f"throughput_{suite}.md").write_text(text)
-        plot(by, med, out_dir / f"throughput_{suite}.png")
-        return text
-    if suite == "acer":
-        lines += ["", "ACER updates once per segment plus Poisson(4) replayed windows, not once "
-                  "per env step, so the loop ratio and update-only columns are per update, not "
-                  "per step. PFRL's ACER is asynchronous (one process per env, no batched "
-                  "acting): ours runs --num-envs 1 --batch-size 1 for the comparison; "
-                  "`-envs4` is our default (4 env copies, 16 windows per replayed update). "
-                  "PFRL's torch runs one thread (peers_pfrl.py, as in the learning driver); "
-                  "ours runs XLA's default threads, so on these 2 cores ours could gain at most "
-                  "2x from threads. Both sides: the same 128-128 ReLU networks, k, c, delta, "
-                  "alpha and optimiser (the differences PFRL cannot express are listed in "
-                  "benchmarks/peers_pfrl.py)."]
+    if suite in SUITE_NOTES:  # suites with their own protocol: their note, no DDPG bounds
+        lines += ["", SUITE_NOTES[suite]]
         text = "\n".join(lines) + "\n"
         (out_dir / f"throughput_{suite}.md").write_text(text)
         plot(by, med, out_dir / f"throughput_{suite}.png")

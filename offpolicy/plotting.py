@@ -239,7 +239,9 @@ def table_rows(groups: dict[str, list[Path]]) -> list[dict]:
 
 
 def _mean_se(mean: float, se: float) -> str:
-    return f"{mean:.1f} ± {se:.1f}" if np.isfinite(se) else f"{mean:.1f} (1 run)"
+    """One decimal for returns of 10 or more, three below (Platform's are in [0, 1])."""
+    d = 1 if abs(mean) >= 10 else 3
+    return f"{mean:.{d}f} ± {se:.{d}f}" if np.isfinite(se) else f"{mean:.{d}f} (1 run)"
 
 
 def format_table(rows: list[dict], markdown: bool = True) -> str:

@@ -64,4 +64,17 @@ def test_table_command_prints_the_rows(tmp_path):
     write_eval(tmp_path / "x" / "s0", [10, 20], [1.0, 3.0])
     proc = run_cli("table", tmp_path / "x" / "s0", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "| 20 | 3.0 (1 run) | 3.0 (1 run) |" in proc.stdout
+    assert "| 20 | 3.000 (1 run) | 3.000 (1 run) |" in proc.stdout
+
+
+def test_small_returns_keep_three_decimals():
+    """Returns in [0, 1] (Platform) would all print as 1.0 with one decimal."""
+    from offpolicy.plotting import format_table
+
+    rows = [{"algorithm": "a", "runs": 3, "steps": 10, "best_mean": 0.9951, "best_se": 0.0049,
+             "final_mean": 0.985, "final_se": 0.0121},
+            {"algorithm": "b", "runs": 1, "steps": 10, "best_mean": -151.26,
+             "best_se": float("nan"), "final_mean": -1500.0, "final_se": float("nan")}]
+    text = format_table(rows)
+    assert "0.995 ± 0.005 | 0.985 ± 0.012" in text
+    assert "-151.3 (1 run) | -1500.0 (1 run)" in text

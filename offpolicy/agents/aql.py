@@ -190,12 +190,11 @@ class AQL:
         return self.features.apply({"params": params["proposal"]["features"]}, obs)
 
     def candidates(self, params, obs, key):
-        """The searched actions [..., C, D] and how many of them (first) are proposals."""
+        """The sampled actions [..., C, D] of AQL and Uniform-Q (exact Q and CEM search on
+        their own) and how many of them (last) are proposals."""
         c = self.config
         batch = obs.shape[:-1]
         k_u, k_p = jax.random.split(key)
-        if self.search == "exact":
-            return jnp.broadcast_to(self.all_actions, batch + self.all_actions.shape), 0
         uniform = emb.uniform_actions(k_u, self.spec, batch + (c.uniform_samples,))
         if self.search != "proposal":
             return uniform, 0
@@ -213,10 +212,7 @@ class AQL:
             a_star, q_star = self._exact(q_params, obs)
             first = emb.uniform_actions(jax.random.split(key)[0], self.spec, obs.shape[:-1])
             return a_star, q_star, {"first_uniform": first}
-        acts, num_proposed = self.candidates(params, obs, key)
-        q = self.candidate_q_values(q_params, obs, acts)
-        best = jnp.argmax(q, axis=-1)
-        a_star = jnp.take_along_axis(acts, best[..., None, None], axis=-2)[..., 0, :]
+        acts, num_proposed, q, best, a_star = self._sampled_argmax(params, q_params, obs, key)
         q_star = jnp.max(q, axis=-1)
         info = {"first_uniform": acts[..., 0, :]}
         if num_proposed:
@@ -225,6 +221,15 @@ class AQL:
             info["q_gap"] = jnp.max(q[..., m:], -1) - jnp.max(q[..., :m], -1)
             info["proposal_sample"] = acts[..., m, :]
         return a_star, q_star, info
+
+    def _sampled_argmax(self, params, q_params, obs, key):
+        """The candidates, how many are proposals, their Q [..., C], the argmax's index and
+        the action a* it picks."""
+        acts, num_proposed = self.candidates(params, obs, key)
+        q = self.candidate_q_values(q_params, obs, acts)
+        best = jnp.argmax(q, axis=-1)
+        a_star = jnp.take_along_axis(acts, best[..., None, None], axis=-2)[..., 0, :]
+        return acts, num_proposed, q, best, a_star
 
     def _cem(self, q_params, obs, key):
         """QT-Opt's CEM (Kalashnikov et al. 2018; AQL Sec. 5): uniform samples, then
@@ -283,10 +288,7 @@ class AQL:
         if not self.uses_proposal:
             raise OffpolicyError(f"--proposal needs a learned proposal (search 'proposal'), "
                                  f"this agent searches by '{self.search}'")
-        acts, num_proposed = self.candidates(params, obs, key)
-        q = self.candidate_q_values(params["q"], obs, acts)
-        best = jnp.argmax(q, axis=-1)
-        a_star = jnp.take_along_axis(acts, best[..., None, None], axis=-2)[..., 0, :]
+        _, num_proposed, q, _, a_star = self._sampled_argmax(params, params["q"], obs, key)
         feats = self._proposal_features(params, obs)
         dists = self.proposal.probabilities(params["proposal"]["heads"], feats,
                                             a_star[..., None, :])

@@ -101,6 +101,11 @@ SUITE_THRESHOLDS = {("acer-replay", "CartPole-v1"): 475.0,
                     ("acer-peers", "CartPole-v1"): 475.0}
 
 
+# flags every run of ours in a suite gets. The ReF-ER MuJoCo matrix began (seeds 0-1) when
+# every memory held the whole 100k-step run; its remaining seeds keep that memory, so that ER
+# and ReF-ER differ only in the rules (the refer* default is half the run since, refer.md)
+SUITE_FLAGS = {"refer": ["--buffer-size", "1000000"]}
+
 # entries that are one of our algorithms with extra flags: (algorithm, flags)
 VARIANTS = {
     # the peers' learning rate (1e-3 for the actor too): like for like with SB3/SBX
@@ -179,7 +184,7 @@ def single_threaded_env() -> dict[str, str]:
 
 
 def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_python: str,
-            log, eval_every: int = 10_000) -> None:
+            log, eval_every: int = 10_000, suite_flags: list[str] | None = None) -> None:
     if entry.startswith("pfrl-"):
         cmd = [peers_python, str(HERE / "peers_pfrl.py"), "learn", "--env", env, "--steps",
                str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--eval-every",
@@ -192,7 +197,8 @@ def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_py
         algo, flags = VARIANTS.get(entry, (entry, []))
         cmd = [sys.executable, "-m", "offpolicy", "train", algo, "--env", env, "--steps",
                str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--quiet",
-               "--eval-every", str(eval_every), "--eval-episodes", "20", *flags]
+               "--eval-every", str(eval_every), "--eval-episodes", "20", *flags,
+               *(suite_flags or [])]
         if (run_dir / "checkpoints" / "latest").exists():
             cmd.append("--resume")
         elif run_dir.exists():  # started but never checkpointed: start again
@@ -399,7 +405,7 @@ def main() -> int:
                         continue
                     try:
                         run_one(entry, seed, a.steps, a.env, run_dir, a.peers_python, log,
-                                a.eval_every)
+                                a.eval_every, SUITE_FLAGS.get(a.suite))
                     finally:
                         release(run_dir)
                     report(a.suite, root, a.out_dir, command, a.env, a.steps, name)

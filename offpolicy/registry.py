@@ -234,6 +234,10 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         C.apply_overrides(agent, file_dict.get(spec.section) or {}, f"{where}:{spec.section}")
     C.apply_overrides(train, train_overrides or {}, "train")
     C.apply_overrides(agent, agent_overrides or {}, spec.section)
+    sources = [spec.train_overrides, (spec.presets.get(preset) or {}).get("train") or {},
+               (file_dict or {}).get("train") or {}, train_overrides or {}]
+    if train.replay.startswith("refer") and not any("buffer_size" in s for s in sources):
+        train.buffer_size = refer_memory(train.steps)
     C.validate(train)
     C.validate(agent, spec.section)
     if train.replay not in spec.replays:
@@ -243,6 +247,22 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")
     return RunConfig(algo, train, agent, preset)
+
+
+REFER_MEMORY_MAX = 2**18  # the ReF-ER paper's N (App. A)
+REFER_MEMORY_MIN = 10_000
+
+
+def refer_memory(steps: int) -> int:
+    """The default memory under ``--replay refer*`` when no flag, preset or file sets
+    ``--buffer-size``: half the run, within [10 000, 2^18].
+
+    ReF-ER forgets (Alg. 1: whole episodes leave first in, first out) and Rule 2 (Eq. 12)
+    keeps a fraction D of the *memory* far-policy. A memory that holds the whole run keeps
+    the policy near its first behaviours; the paper's 2^18 memory holds a few percent of a
+    1e6-1e7-step run. Half of a 20k-100k-step run lets the memory turn over once while it
+    still holds enough episodes (refer.md, decision 9)."""
+    return int(min(REFER_MEMORY_MAX, max(REFER_MEMORY_MIN, steps // 2)))
 
 
 def replay_settings(tc: C.TrainConfig):

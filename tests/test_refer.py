@@ -337,3 +337,29 @@ def test_stored_return_agents_refuse_configs_that_lose_targets(tmp_path, train, 
     with pytest.raises(OffpolicyError, match=match):
         Run(run, tmp_path / "v")
     assert not (tmp_path / "v").exists()
+
+
+def test_refer_memory_defaults_to_half_the_run_unless_set():
+    """decision 9: under refer* the memory turns over once in the run (half of --steps, within
+    [1e4, 2^18]); a flag, a preset or a config file that sets --buffer-size wins, and ER
+    keeps 1e6."""
+    def size(algo, preset=None, file_dict=None, **train):
+        return registry.resolve(algo, preset=preset, file_dict=file_dict,
+                                train_overrides=train).train.buffer_size
+
+    assert size("ddpg", replay="refer", steps=30_000) == 15_000
+    assert size("ddpg", replay="refer1", steps=100_000) == 50_000
+    assert size("naf", replay="refer2", steps=2_000) == 10_000
+    assert size("vracer", steps=10_000_000) == 2**18  # ReF-ER by default
+    assert size("vracer", replay="er", steps=30_000) == 1_000_000
+    assert size("ddpg", steps=30_000) == 1_000_000
+    assert size("ddpg", replay="per", steps=30_000) == 1_000_000
+    assert size("ddpg", replay="refer", steps=30_000, buffer_size=123_456) == 123_456
+    assert size("ddpg", preset="refer", steps=30_000) == 2**18
+    assert size("vracer", preset="paper", steps=30_000) == 2**18
+    assert size("ddpg", file_dict={"train": {"buffer_size": 40_000}}, replay="refer",
+                steps=30_000) == 40_000
+    # a saved run keeps its resolved memory when resumed with another --steps
+    saved = registry.resolve("ddpg", train_overrides={"replay": "refer", "steps": 30_000})
+    again = registry.RunConfig.from_dict(saved.to_dict())
+    assert again.train.buffer_size == 15_000

@@ -281,6 +281,7 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
             if metric == "kl_mu_pi" and er in means and ref in means:
                 metric_text += (f"Ratio of ReF-ER's to ER's mean KL ({ref} / {er}): "
                                 f"{means[ref] / means[er]:.3g}.\n")
+    metric_text += final_comparisons(groups, SUITE_COMPARISONS.get(suite, []))
     threshold = SUITE_THRESHOLDS.get((suite, env))
     if threshold is not None and groups:
         metric_text += sample_efficiency(groups, threshold)
@@ -298,6 +299,75 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                  + ".\n")
     (out_dir / f"learning_{name}.md").write_text(text)
     return text
+
+
+# final-return comparisons the report tests (entry, against): Welch's t-test and a bootstrap
+# interval of the difference of means (issue 20: is the gap to SB3 real?)
+SUITE_COMPARISONS = {
+    "ddpg-peers": [("ddpg", "sb3-ddpg"), ("ddpg", "sbx-ddpg"), ("ddpg-lr1e-3", "sb3-ddpg")],
+    "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg", "sbx-ddpg"),
+                    ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "ddpg"),
+                    ("ddpg-torch-init", "ddpg"), ("ddpg-lr1e-3", "ddpg")],
+    "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er")],
+}
+
+
+def welch(a, b) -> tuple[float, float, float]:
+    """Welch's t-test of mean(a) = mean(b) without assuming equal variances: (t, degrees of
+    freedom by the Welch-Satterthwaite equation, two-sided p)."""
+    import numpy as np
+    from scipy import stats
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0.0:
+        return float("nan"), float("nan"), float("nan")
+    t = (a.mean() - b.mean()) / np.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return float(t), float(df), float(2.0 * stats.t.sf(abs(t), df))
+
+
+def bootstrap_interval(a, b, level: float = 0.95, resamples: int = 10_000,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of mean(a) - mean(b), each sample resampled with
+    replacement on its own (a fixed seed: the report is reproducible)."""
+    import numpy as np
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    rng = np.random.default_rng(seed)
+    da = a[rng.integers(0, len(a), (resamples, len(a)))].mean(axis=1)
+    db = b[rng.integers(0, len(b), (resamples, len(b)))].mean(axis=1)
+    lo, hi = np.quantile(da - db, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def final_comparisons(groups: dict[str, list[Path]], pairs) -> str:
+    """A table of final-return differences for each (entry, against) pair with at least two
+    finished runs on each side: difference of means, Welch's t, its df and p, and the 95%
+    bootstrap interval."""
+    import numpy as np
+
+    from offpolicy.plotting import read_eval
+
+    def finals(entry):
+        return [float(read_eval(d)["return_mean"][-1]) for d in groups.get(entry, [])]
+
+    rows = []
+    for mine, other in pairs:
+        a, b = finals(mine), finals(other)
+        if len(a) < 2 or len(b) < 2:
+            continue
+        t, df, p = welch(a, b)
+        lo, hi = bootstrap_interval(a, b)
+        rows.append(f"| {mine} - {other} | {len(a)} / {len(b)} | "
+                    f"{np.mean(a) - np.mean(b):.1f} | {t:.2f} | {df:.1f} | {p:.3f} | "
+                    f"[{lo:.1f}, {hi:.1f}] |")
+    if not rows:
+        return ""
+    return "\n".join(["", "Final return, differences of means (Welch's t-test, two-sided; "
+                      "95% percentile bootstrap interval, 10 000 resamples):", "",
+                      "| difference | runs | mean difference | t | df | p | bootstrap 95% |",
+                      "|---|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
 
 
 def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:

@@ -39,3 +39,43 @@ def test_finished_runs_come_back_from_the_committed_csvs(tmp_path):
     rebuilt = (other / "naf" / "s0" / "train.csv").read_text().splitlines()
     assert rebuilt[0] == "step,kl_mu_pi,far_policy_fraction" and len(rebuilt) == 3
     assert restore_finished("rp", other, out, 20) == []  # already here
+
+
+def test_welch_and_bootstrap_against_references():
+    """Welch's t-test against scipy's ttest_ind(equal_var=False) and a plain formula; the
+    bootstrap interval against a plain resampling loop."""
+    import numpy as np
+    from scipy import stats
+
+    from benchmarks.learning import bootstrap_interval, welch
+
+    rng = np.random.default_rng(3)
+    for na, nb in [(5, 5), (3, 7), (2, 4)]:
+        a, b = rng.normal(1.0, 2.0, na), rng.normal(0.0, 0.5, nb)
+        t, df, p = welch(a, b)
+        ref = stats.ttest_ind(a, b, equal_var=False)
+        assert np.isclose(t, ref.statistic) and np.isclose(p, ref.pvalue)
+        sa, sb = a.var(ddof=1) / na, b.var(ddof=1) / nb
+        assert np.isclose(df, (sa + sb) ** 2 / (sa**2 / (na - 1) + sb**2 / (nb - 1)))
+    a, b = rng.normal(0, 1, 5), rng.normal(0, 1, 4)
+    lo, hi = bootstrap_interval(a, b, resamples=2000, seed=7)
+    loop = np.random.default_rng(7)
+    ia, ib = loop.integers(0, 5, (2000, 5)), loop.integers(0, 4, (2000, 4))
+    diffs = [a[ia[k]].mean() - b[ib[k]].mean() for k in range(2000)]
+    assert np.allclose([lo, hi], np.quantile(diffs, [0.025, 0.975]))
+    assert lo < a.mean() - b.mean() < hi
+    assert np.isnan(welch([1.0, 1.0], [1.0, 1.0])[0])  # no spread: no test
+
+
+def test_report_tests_the_suites_differences(tmp_path):
+    root, out = tmp_path / "runs", tmp_path / "results"
+    out.mkdir()
+    for s, (er, ref) in enumerate([(-600.0, -100.0), (-500.0, -120.0), (-550.0, -90.0)]):
+        _fake_run(root / "ddpg-er" / f"s{s}", [(10, er)], [(10, 5.0)])
+        _fake_run(root / "ddpg-refer" / f"s{s}", [(10, ref)], [(10, 0.1)])
+    _fake_run(root / "naf" / "s0", [(10, -1.0)], [(10, 1.0)])  # one run: no test
+    text = report("refer", root, out, "cmd", "HalfCheetah-v5", 10, "r")
+    row = next(line for line in text.splitlines() if line.startswith("| ddpg-refer - ddpg-er"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "3 / 3" and float(cells[2]) == 446.7 and float(cells[5]) < 0.01
+    assert "naf-refer - naf" not in text

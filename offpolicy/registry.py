@@ -33,10 +33,31 @@ class Algorithm:
 
 
 _ALL_REPLAYS = ("er", "per", "refer", "refer1", "refer2")
+
+REFER_MEMORY_MAX = 2**18  # the ReF-ER paper's N (App. A)
+REFER_MEMORY_MIN = 10_000
+MUJOCO_EPISODE = 1_000  # Gymnasium's MuJoCo time limit
+
+
+def refer_memory(steps: int, num_envs: int = 1) -> int:
+    """The default memory under ``--replay refer*`` when no flag, preset or file sets
+    ``--buffer-size``: half the run, within [10 000, 2^18], and at least one 1000-step episode
+    per env copy (stored returns need whole episodes in each copy's ring).
+
+    ReF-ER forgets (Alg. 1: whole episodes leave first in, first out) and Rule 2 (Eq. 12)
+    keeps a fraction D of the *memory* far-policy. A memory that holds the whole run keeps
+    the policy near its first behaviours; the paper's 2^18 memory holds a few percent of a
+    1e6-1e7-step run. Half of a 20k-100k-step run lets the memory turn over once while it
+    still holds enough episodes; the floor keeps 50 Pendulum or 10 MuJoCo episodes (refer.md,
+    decision 9)."""
+    return int(max(min(REFER_MEMORY_MAX, max(REFER_MEMORY_MIN, steps // 2)),
+                   num_envs * (MUJOCO_EPISODE + 1)))
+
+
 # ReF-ER paper App. A-B: 128-128 softsign MLPs, its initialisation, memory 2^18, states and
 # rewards scaled by replay's contents
 _REFER_COMMON = {"hidden": (128, 128), "activation": "softsign", "init": "refer"}
-_REFER_TRAIN = {"buffer_size": 2**18, "replay_statistics": True}
+_REFER_TRAIN = {"buffer_size": REFER_MEMORY_MAX, "replay_statistics": True}
 _DDPG_PRESETS = {
     "paper": {},  # the ACE paper's DDPG: tanh, no L2
     "lillicrap": {"activation": "relu", "critic_l2": 1e-2, "init": "lillicrap"},  # DDPG paper
@@ -50,10 +71,10 @@ _DDPG_PRESETS = {
               "train": {**_REFER_TRAIN, "batch_size": 128, "replay": "refer"}},
 }
 # NAF and V-RACER: the paper's network and App. B scaling by default; "paper" adds its 2^18
-# memory (the default 1e6 keeps every step of a 20k-100k run, learning starts at one batch)
-_ONE_NET_PRESETS = {"paper": {"train": {"buffer_size": 2**18}}}
+# memory (under refer* the default is half the run, under er 1e6; learning starts at one batch)
+_ONE_NET_PRESETS = {"paper": {"train": {"buffer_size": REFER_MEMORY_MAX}}}
 _NAF_PRESETS = {"paper": {"lr": 1e-4, "activation": "softsign", "tau": 0.01,
-                          "train": {"buffer_size": 2**18}}}
+                          "train": {"buffer_size": REFER_MEMORY_MAX}}}
 _ACE_PRESETS = {"paper": {}, "n10-d1": {"num_actors": 10}, "n5-d2": {"plan_depth": 2}}
 _CONT = ("continuous",)
 _ALL_KINDS = ("continuous", "discrete", "multi_discrete", "hybrid")
@@ -237,7 +258,7 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     sources = [spec.train_overrides, (spec.presets.get(preset) or {}).get("train") or {},
                (file_dict or {}).get("train") or {}, train_overrides or {}]
     if train.replay.startswith("refer") and not any("buffer_size" in s for s in sources):
-        train.buffer_size = refer_memory(train.steps)
+        train.buffer_size = refer_memory(train.steps, train.num_envs)
     C.validate(train)
     C.validate(agent, spec.section)
     if train.replay not in spec.replays:
@@ -247,22 +268,6 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")
     return RunConfig(algo, train, agent, preset)
-
-
-REFER_MEMORY_MAX = 2**18  # the ReF-ER paper's N (App. A)
-REFER_MEMORY_MIN = 10_000
-
-
-def refer_memory(steps: int) -> int:
-    """The default memory under ``--replay refer*`` when no flag, preset or file sets
-    ``--buffer-size``: half the run, within [10 000, 2^18].
-
-    ReF-ER forgets (Alg. 1: whole episodes leave first in, first out) and Rule 2 (Eq. 12)
-    keeps a fraction D of the *memory* far-policy. A memory that holds the whole run keeps
-    the policy near its first behaviours; the paper's 2^18 memory holds a few percent of a
-    1e6-1e7-step run. Half of a 20k-100k-step run lets the memory turn over once while it
-    still holds enough episodes (refer.md, decision 9)."""
-    return int(min(REFER_MEMORY_MAX, max(REFER_MEMORY_MIN, steps // 2)))
 
 
 def replay_settings(tc: C.TrainConfig):

@@ -41,29 +41,25 @@ def test_finished_runs_come_back_from_the_committed_csvs(tmp_path):
     assert restore_finished("rp", other, out, 20) == []  # already here
 
 
-def test_welch_and_bootstrap_against_references():
-    """Welch's t-test against scipy's ttest_ind(equal_var=False) and a plain formula; the
-    bootstrap interval against a plain resampling loop."""
+def test_welch_against_references():
+    """Welch's t-test against scipy's ttest_ind(equal_var=False), the Welch-Satterthwaite df
+    written out, and the interval against the test: it excludes 0 exactly when p < 0.05."""
     import numpy as np
     from scipy import stats
 
-    from benchmarks.learning import bootstrap_interval, welch
+    from benchmarks.learning import welch
 
     rng = np.random.default_rng(3)
-    for na, nb in [(5, 5), (3, 7), (2, 4)]:
-        a, b = rng.normal(1.0, 2.0, na), rng.normal(0.0, 0.5, nb)
-        t, df, p = welch(a, b)
-        ref = stats.ttest_ind(a, b, equal_var=False)
-        assert np.isclose(t, ref.statistic) and np.isclose(p, ref.pvalue)
-        sa, sb = a.var(ddof=1) / na, b.var(ddof=1) / nb
-        assert np.isclose(df, (sa + sb) ** 2 / (sa**2 / (na - 1) + sb**2 / (nb - 1)))
-    a, b = rng.normal(0, 1, 5), rng.normal(0, 1, 4)
-    lo, hi = bootstrap_interval(a, b, resamples=2000, seed=7)
-    loop = np.random.default_rng(7)
-    ia, ib = loop.integers(0, 5, (2000, 5)), loop.integers(0, 4, (2000, 4))
-    diffs = [a[ia[k]].mean() - b[ib[k]].mean() for k in range(2000)]
-    assert np.allclose([lo, hi], np.quantile(diffs, [0.025, 0.975]))
-    assert lo < a.mean() - b.mean() < hi
+    for na, nb in [(5, 5), (3, 7), (2, 4), (3, 3), (4, 3)]:
+        for shift in (0.0, 1.0, 3.0):
+            a, b = rng.normal(shift, 2.0, na), rng.normal(0.0, 0.5, nb)
+            t, df, p, lo, hi = welch(a, b)
+            ref = stats.ttest_ind(a, b, equal_var=False)
+            assert np.isclose(t, ref.statistic) and np.isclose(p, ref.pvalue)
+            sa, sb = a.var(ddof=1) / na, b.var(ddof=1) / nb
+            assert np.isclose(df, (sa + sb) ** 2 / (sa**2 / (na - 1) + sb**2 / (nb - 1)))
+            assert np.isclose((lo + hi) / 2, a.mean() - b.mean())
+            assert (lo > 0 or hi < 0) == (p < 0.05)
     assert np.isnan(welch([1.0, 1.0], [1.0, 1.0])[0])  # no spread: no test
 
 
@@ -78,4 +74,6 @@ def test_report_tests_the_suites_differences(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| ddpg-refer - ddpg-er"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "3 / 3" and float(cells[2]) == 446.7 and float(cells[5]) < 0.01
+    lo, hi = (float(x) for x in cells[6].strip("[]").split(","))
+    assert 0 < lo < 446.7 < hi
     assert "naf-refer - naf" not in text

@@ -359,7 +359,13 @@ def test_refer_memory_defaults_to_half_the_run_unless_set():
     assert size("vracer", preset="paper", steps=30_000) == 2**18
     assert size("ddpg", file_dict={"train": {"buffer_size": 40_000}}, replay="refer",
                 steps=30_000) == 40_000
+    assert size("vracer", steps=20_000, num_envs=16) == 16 * 1001  # a whole episode per copy
     # a saved run keeps its resolved memory when resumed with another --steps
     saved = registry.resolve("ddpg", train_overrides={"replay": "refer", "steps": 30_000})
-    again = registry.RunConfig.from_dict(saved.to_dict())
-    assert again.train.buffer_size == 15_000
+    d = saved.to_dict()
+    d["train"]["steps"] = 100_000
+    assert registry.RunConfig.from_dict(d).train.buffer_size == 15_000
+    longer = registry.resolve("ddpg", train_overrides={"replay": "refer", "steps": 100_000})
+    assert longer.train.buffer_size == 50_000
+    resumed = saved.resumed_with(longer, {"steps", "replay"}, set())
+    assert (resumed.train.steps, resumed.train.buffer_size) == (100_000, 15_000)

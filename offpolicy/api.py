@@ -48,7 +48,8 @@ def make(algo: str, env: str | None = None, seed: int | None = None,
     included); what you pass must agree with the saved run except for the fields a resumed
     run may change (``RunConfig.RESUME_CHANGEABLE``), as on the command line.
 
-    Under ``replay="refer*"`` the default memory is half of ``steps=`` (100 000 unless given),
+    For DDPG and NAF under ``replay="refer*"`` the default memory is half of ``steps=``
+    (100 000 unless given),
     fixed here: pass ``steps=`` (or ``buffer_size=``) when ``learn(n)`` runs for another n."""
     train, agent = _split_overrides(algo, overrides)
     if env is not None:

@@ -60,9 +60,9 @@ class TrainConfig:
     replay_ratio: float = _f(4.0, "with segment_length > 0: mean number of replay updates "
                              "per segment (ACER's r)", ge=0)
     batch_size: int = _f(64, "minibatch size per update", ge=1)
-    buffer_size: int = _f(1_000_000, "replay capacity in steps (under --replay refer, "
-                                     "refer1 or refer2, unless set: half of --steps, within "
-                                     "[10 000, 2^18])", ge=2)
+    buffer_size: int = _f(1_000_000, "replay capacity in steps (ddpg and naf under --replay "
+                                     "refer, refer1 or refer2, unless set: half of --steps, "
+                                     "within [10 000, 2^18])", ge=2)
     eval_every: int = _f(10_000, "evaluate every N env steps (ACE protocol)", ge=1)
     eval_episodes: int = _f(20, "deterministic evaluation episodes per evaluation", ge=1)
     checkpoint_every: int = _f(10_000, "write the latest checkpoint every N env steps", ge=1)

@@ -37,6 +37,10 @@ _ALL_REPLAYS = ("er", "per", "refer", "refer1", "refer2")
 REFER_MEMORY_MAX = 2**18  # the ReF-ER paper's N (App. A)
 REFER_MEMORY_MIN = 10_000
 MUJOCO_EPISODE = 1_000  # Gymnasium's MuJoCo time limit
+# the agents whose refer* memory defaults to half the run: a deterministic mean with fixed
+# exploration (DDPG and its variants, NAF). V-RACER keeps 1e6: with half the run, one of three
+# InvertedPendulum-v5 seeds collapsed at 100k once its memory held only balanced episodes
+REFER_HALF_MEMORY = frozenset({"ddpg", "naf"})
 
 
 def refer_memory(steps: int, num_envs: int = 1) -> int:
@@ -257,7 +261,8 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     C.apply_overrides(agent, agent_overrides or {}, spec.section)
     sources = [spec.train_overrides, (spec.presets.get(preset) or {}).get("train") or {},
                (file_dict or {}).get("train") or {}, train_overrides or {}]
-    if train.replay.startswith("refer") and not any("buffer_size" in s for s in sources):
+    if (train.replay.startswith("refer") and spec.section in REFER_HALF_MEMORY
+            and not any("buffer_size" in s for s in sources)):
         train.buffer_size = refer_memory(train.steps, train.num_envs)
     C.validate(train)
     C.validate(agent, spec.section)

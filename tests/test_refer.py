@@ -340,9 +340,9 @@ def test_stored_return_agents_refuse_configs_that_lose_targets(tmp_path, train, 
 
 
 def test_refer_memory_defaults_to_half_the_run_unless_set():
-    """decision 9: under refer* the memory turns over once in the run (half of --steps, within
-    [1e4, 2^18]); a flag, a preset or a config file that sets --buffer-size wins, and ER
-    keeps 1e6."""
+    """decision 9: for DDPG and NAF under refer* the memory turns over once in the run (half of
+    --steps, within [1e4, 2^18]); a flag, a preset or a config file that sets --buffer-size
+    wins; ER and V-RACER keep 1e6."""
     def size(algo, preset=None, file_dict=None, **train):
         return registry.resolve(algo, preset=preset, file_dict=file_dict,
                                 train_overrides=train).train.buffer_size
@@ -350,7 +350,9 @@ def test_refer_memory_defaults_to_half_the_run_unless_set():
     assert size("ddpg", replay="refer", steps=30_000) == 15_000
     assert size("ddpg", replay="refer1", steps=100_000) == 50_000
     assert size("naf", replay="refer2", steps=2_000) == 10_000
-    assert size("vracer", steps=10_000_000) == 2**18  # ReF-ER by default
+    assert size("ddpg", replay="refer", steps=10_000_000) == 2**18
+    assert size("wide-ddpg", replay="refer", steps=40_000) == 20_000
+    assert size("vracer", steps=100_000) == 1_000_000  # ReF-ER by default, memory 1e6
     assert size("vracer", replay="er", steps=30_000) == 1_000_000
     assert size("ddpg", steps=30_000) == 1_000_000
     assert size("ddpg", replay="per", steps=30_000) == 1_000_000
@@ -359,7 +361,7 @@ def test_refer_memory_defaults_to_half_the_run_unless_set():
     assert size("vracer", preset="paper", steps=30_000) == 2**18
     assert size("ddpg", file_dict={"train": {"buffer_size": 40_000}}, replay="refer",
                 steps=30_000) == 40_000
-    assert size("vracer", steps=20_000, num_envs=16) == 16 * 1001  # a whole episode per copy
+    assert size("naf", replay="refer", steps=20_000, num_envs=16) == 16 * 1001  # an episode each
     # a saved run keeps its resolved memory when resumed with another --steps
     saved = registry.resolve("ddpg", train_overrides={"replay": "refer", "steps": 30_000})
     d = saved.to_dict()

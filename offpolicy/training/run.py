@@ -166,9 +166,7 @@ class Run:
                 f"{self.run.algo} keeps return targets per episode: --buffer-size "
                 f"{tc.buffer_size} gives each of {num_envs} env copies {per_copy} slots, fewer "
                 f"than one {max_steps}-step episode needs ({max_steps + 1}); raise "
-                "--buffer-size or lower --num-envs"
-                + (" (under --replay refer*, the default memory is half of --steps)"
-                   if tc.replay.startswith("refer") else ""))
+                "--buffer-size or lower --num-envs")
         if tc.normalize_reward:
             raise OffpolicyError(
                 f"{self.run.algo} stores return targets in replay: use --replay-statistics "

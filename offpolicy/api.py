@@ -49,8 +49,8 @@ def make(algo: str, env: str | None = None, seed: int | None = None,
     run may change (``RunConfig.RESUME_CHANGEABLE``), as on the command line.
 
     For DDPG and NAF under ``replay="refer*"`` the default memory is half of ``steps=``
-    (100 000 unless given),
-    fixed here: pass ``steps=`` (or ``buffer_size=``) when ``learn(n)`` runs for another n."""
+    (100 000 unless given), fixed here: pass ``steps=`` (or ``buffer_size=``) when
+    ``learn(n)`` runs for another n."""
     train, agent = _split_overrides(algo, overrides)
     if env is not None:
         train["env"] = env

@@ -44,9 +44,9 @@ REFER_HALF_MEMORY = frozenset({"ddpg", "naf"})
 
 
 def refer_memory(steps: int, num_envs: int = 1) -> int:
-    """The default memory under ``--replay refer*`` when no flag, preset or file sets
-    ``--buffer-size``: half the run, within [10 000, 2^18], and at least one 1000-step episode
-    per env copy (stored returns need whole episodes in each copy's ring).
+    """The default memory of DDPG and NAF under ``--replay refer*`` when no flag, preset or
+    file sets ``--buffer-size``: half the run, within [10 000, 2^18], and at least one
+    1000-step episode per env copy (episodes leave the memory whole, Alg. 1).
 
     ReF-ER forgets (Alg. 1: whole episodes leave first in, first out) and Rule 2 (Eq. 12)
     keeps a fraction D of the *memory* far-policy. A memory that holds the whole run keeps
@@ -74,8 +74,8 @@ _DDPG_PRESETS = {
               "gamma": 0.995, "tau": 0.01, "noise": "gaussian", "noise_sigma": 0.2,
               "train": {**_REFER_TRAIN, "batch_size": 128, "replay": "refer"}},
 }
-# NAF and V-RACER: the paper's network and App. B scaling by default; "paper" adds its 2^18
-# memory (under refer* the default is half the run, under er 1e6; learning starts at one batch)
+# V-RACER: the paper's network and App. B scaling by default; "paper" adds its 2^18 memory
+# (the default 1e6 keeps every step of a 20k-100k run; learning starts at one batch)
 _ONE_NET_PRESETS = {"paper": {"train": {"buffer_size": REFER_MEMORY_MAX}}}
 _NAF_PRESETS = {"paper": {"lr": 1e-4, "activation": "softsign", "tau": 0.01,
                           "train": {"buffer_size": REFER_MEMORY_MAX}}}
@@ -259,7 +259,7 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         C.apply_overrides(agent, file_dict.get(spec.section) or {}, f"{where}:{spec.section}")
     C.apply_overrides(train, train_overrides or {}, "train")
     C.apply_overrides(agent, agent_overrides or {}, spec.section)
-    sources = [spec.train_overrides, (spec.presets.get(preset) or {}).get("train") or {},
+    sources = [spec.train_overrides, spec.preset_fields(preset)[0],
                (file_dict or {}).get("train") or {}, train_overrides or {}]
     if (train.replay.startswith("refer") and spec.section in REFER_HALF_MEMORY
             and not any("buffer_size" in s for s in sources)):

@@ -65,13 +65,26 @@ def _train_parser(algo: str) -> _Parser:
     p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
                    help="YAML file with train: and section keys (as a run's config.yaml)")
     p.add_argument("--preset", choices=list(spec.presets), default=argparse.SUPPRESS,
-                   help="named hyper-parameter preset")
+                   help="named hyper-parameter preset: " + _describe_presets(spec))
     p.add_argument("--resume", action="store_true", default=False,
                    help="continue the run in --run-dir from its latest checkpoint")
-    _add_fields(p, C.TrainConfig, "", C.TrainConfig())
-    defaults = registry.resolve(algo).agent
-    _add_fields(p, spec.config_cls, spec.section, defaults)
+    # the defaults shown are this algorithm's resolved ones (its own batch size, replay,
+    # memory...), not the dataclasses'
+    defaults = registry.resolve(algo)
+    _add_fields(p, C.TrainConfig, "", defaults.train)
+    _add_fields(p, spec.config_cls, spec.section, defaults.agent)
     return p
+
+
+def _describe_presets(spec) -> str:
+    """``name (field=value, ...)`` for each preset, as the help of ``--preset``."""
+    out = []
+    for name, values in spec.presets.items():
+        values = dict(values)
+        pairs = [f"{k}={v}" for k, v in (values.pop("train", None) or {}).items()]
+        pairs += [f"{spec.section}.{k}={v}" for k, v in values.items()]
+        out.append(f"{name} ({', '.join(pairs) or 'the defaults'})")
+    return "; ".join(out)
 
 
 def _split_flags(ns: dict, section: str) -> tuple[dict, dict]:

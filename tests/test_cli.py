@@ -71,6 +71,17 @@ def test_train_help(tmp_path):
     assert not _listing(tmp_path)
 
 
+def test_train_help_shows_the_algorithms_resolved_defaults(tmp_path):
+    """NAF overrides the loop's batch size (256, not TrainConfig's 64); --preset lists what
+    each preset sets."""
+    proc = run_cli("train", "naf", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # argparse wraps lines
+    assert "minibatch size per update (default: 256)" in text
+    assert "(default: 64)" not in text.split("--batch-size BATCH_SIZE minibatch")[1][:60]
+    assert "paper (buffer_size=262144" in text and "naf.lr=0.0001" in text
+
+
 def test_tiny_run_layout_and_eval(tiny_run_dir):
     """The successful run the eval tests build on, and `offpolicy eval` on it."""
     rows = read_csv(tiny_run_dir / "eval.csv")

@@ -546,3 +546,52 @@ def test_a_replay_larger_than_the_machine_is_refused_up_front():
         pytest.skip("no /proc/meminfo to check against")
     with pytest.raises(OffpolicyError, match="more than this machine's"):
         ReplayBuffer(10**12, (1,), 1)
+
+
+def test_the_memory_check_reads_a_containers_cgroup_limit(tmp_path):
+    """CI runners and Docker kill a process at its cgroup's limit, which /proc/meminfo does
+    not show: cgroup v2 (memory.max, "max" = none) and v1 (limit_in_bytes, ~2^63 = none)
+    both lower the memory the check compares against."""
+    from offpolicy.replay.storage import _cgroup_memory, _meminfo, check_memory
+
+    gib = 1024**3
+    assert _cgroup_memory(tmp_path) == (None, None)  # no cgroup files
+    (tmp_path / "memory.max").write_text("max\n")
+    assert _cgroup_memory(tmp_path)[0] is None
+    (tmp_path / "memory.max").write_text(f"{2 * gib}\n")
+    (tmp_path / "memory.current").write_text(f"{gib // 2}\n")
+    assert _cgroup_memory(tmp_path) == (2 * gib, gib // 2)
+    v1 = tmp_path / "v1"
+    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (v1 / "memory" / "memory.usage_in_bytes").write_text("123\n")
+    assert _cgroup_memory(v1) == (None, 123)
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo")
+    assert "CgroupLimit" not in _meminfo(v1)  # no limit: the machine's figures
+    info = _meminfo(tmp_path)
+    assert info["MemTotal"] == info["CgroupLimit"] == 2 * gib
+    assert info["MemAvailable"] <= 2 * gib - gib // 2
+    with pytest.raises(OffpolicyError, match=r"more than this container's memory limit "
+                                             r"\(cgroup\) of 2\.0 GiB"):
+        check_memory(10**9, 4, info)
+
+
+def test_the_memory_check_counts_prioritized_replays_trees():
+    """RankPrioritized.bytes_per_step accounts for every array it keeps per slot once it is
+    full and sorted, and a --replay per run adds it to the replay's check."""
+    from offpolicy.replay.prioritized import RankPrioritized
+
+    n = 4096
+    per = RankPrioritized(n)
+    per.on_write(np.arange(n), np.ones(n, bool))
+    per.resort()
+    held = sum(v.nbytes for v in vars(per).values() if isinstance(v, np.ndarray))
+    estimate = n * RankPrioritized.bytes_per_step(n)
+    assert estimate + 64 >= held >= 0.95 * estimate  # + cumulative[0]
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo to check against")
+    ReplayBuffer(1000, (3,), 1)  # 23 bytes per step: fits
+    # obs 12 + action 4 + reward 4 + 3 flags = 23 bytes; the overhead makes it 10^9
+    with pytest.raises(OffpolicyError, match=r"\(1000000000 bytes per step"):
+        ReplayBuffer(1000, (3,), 1, overhead_per_step=10**9 - 23)

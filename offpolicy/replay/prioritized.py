@@ -70,6 +70,14 @@ from offpolicy.errors import NonFiniteError, OffpolicyError
 
 
 class RankPrioritized:
+    @staticmethod
+    def bytes_per_step(capacity: int) -> int:
+        """Memory per replay slot of the structures below (for the replay's memory check):
+        cumulative and priority (float64), valid and touched (bool), and five slot indices
+        (sorted_slots, sorted_pos, two fresh_slots, fresh_pos)."""
+        index = 4 if 2 * int(capacity) < 2**31 else 8
+        return 8 + 8 + 1 + 1 + 5 * index
+
     def __init__(self, capacity: int, alpha: float = 0.7, beta0: float = 0.5,
                  beta_steps: int = 100_000, resort_every: int = 1000, eps: float = 1e-6,
                  seed: int = 0):

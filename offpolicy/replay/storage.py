@@ -43,28 +43,61 @@ _CORE = ("obs", "action", "reward", "terminated", "truncated", "valid")
 RESERVED = _CORE + ("next_obs", "discount", "mask")
 
 
-def _meminfo() -> dict[str, int]:
-    """/proc/meminfo in bytes (Linux); empty where there is none."""
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
+
+
+def _cgroup_memory(root: Path = Path("/sys/fs/cgroup")) -> tuple[int | None, int | None]:
+    """This process's cgroup memory (limit, usage) in bytes, v2 or v1; None where there is
+    no limit (v1 writes a number near 2^63) or no cgroup file. Containers (CI runners, Docker,
+    Kubernetes) are killed at their cgroup limit, which /proc/meminfo does not show."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes",
+                                    "memory/memory.usage_in_bytes")):
+        limit = _read_int(root / limit_file)
+        if limit is not None:
+            return (limit if limit < 2**60 else None), _read_int(root / usage_file)
+    return None, None
+
+
+def _meminfo(cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict[str, int]:
+    """The memory this process may use, in bytes: /proc/meminfo's MemTotal and MemAvailable,
+    lowered to the cgroup's limit and its headroom where there is one (``CgroupLimit`` is then
+    set); empty where there is no /proc/meminfo (not Linux)."""
     try:
         with open("/proc/meminfo") as f:
-            return {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f
                     if line.split()[-1:] == ["kB"]}
     except (OSError, ValueError, IndexError):
         return {}
+    limit, usage = _cgroup_memory(cgroup_root)
+    if limit is not None and limit < info.get("MemTotal", 2**63):
+        info["MemTotal"] = info["CgroupLimit"] = limit
+        if usage is not None:
+            info["MemAvailable"] = min(info.get("MemAvailable", limit), max(limit - usage, 0))
+    return info
 
 
 def check_memory(capacity: int, per_step: int, meminfo: dict[str, int] | None = None) -> None:
-    """Refuse a replay that cannot fit in this machine's memory once full (the arrays are
-    mapped lazily, so without this a run would die hours in, when replay fills up), and warn
-    when it would not fit in the memory available now."""
+    """Refuse a replay that cannot fit in the memory this process may use once full (the
+    arrays are mapped lazily, so without this a run would die hours in, when replay fills
+    up), and warn when it would not fit in the memory available now. ``per_step``: bytes per
+    stored step, every structure that grows with the capacity included (the caller adds
+    prioritized replay's trees)."""
     info = _meminfo() if meminfo is None else meminfo
     need = capacity * per_step
     total, avail = info.get("MemTotal"), info.get("MemAvailable")
+    where = ("this container's memory limit (cgroup)" if "CgroupLimit" in info
+             else "this machine's memory")
     gb = 1024**3
     if total and need > total:
         raise OffpolicyError(
             f"a full replay of {capacity} steps needs {need / gb:.1f} GiB ({per_step} bytes "
-            f"per step), more than this machine's {total / gb:.1f} GiB of memory: lower "
+            f"per step), more than {where} of {total / gb:.1f} GiB: lower "
             f"--buffer-size (about {int(0.8 * total / per_step)} steps would use 80%)")
     if avail and need > avail:
         import warnings
@@ -85,6 +118,7 @@ class ReplayBuffer:
         num_streams: int = 1,
         counted: tuple[str, ...] = (),
         forget_whole_episodes: bool = False,
+        overhead_per_step: int = 0,
     ):
         """``extras``: per-step fields ``{name: (shape, dtype)}`` or ``(shape, dtype,
         initial)``; ``initial`` fills a new step (write-back fields start there).
@@ -93,7 +127,9 @@ class ReplayBuffer:
         write instead of scanned. ``forget_whole_episodes``: when a ring overwrites the first
         step of its oldest episode, that whole episode leaves the buffer (ReF-ER, App. C:
         episodes are removed first in, first out, so stored returns never refer to a step
-        that is gone); otherwise steps leave one at a time."""
+        that is gone); otherwise steps leave one at a time. ``overhead_per_step``: bytes per
+        step that other structures following this buffer allocate (prioritized replay's
+        trees), counted in the memory check."""
         if num_streams < 1:
             raise OffpolicyError(f"replay needs at least one stream, got {num_streams}")
         if capacity // num_streams < 2:
@@ -115,7 +151,8 @@ class ReplayBuffer:
         c = self.capacity
         per_step = (int(np.prod(self.obs_shape)) * np.dtype(obs_dtype).itemsize
                     + 4 * self.action_dim + 4 + 3
-                    + sum(int(np.prod(sh)) * dt.itemsize for sh, dt in self.extra_specs.values()))
+                    + sum(int(np.prod(sh)) * dt.itemsize for sh, dt in self.extra_specs.values())
+                    + int(overhead_per_step))
         check_memory(c, per_step)
         # np.zeros maps untouched pages lazily: a 1e6 buffer costs memory only as it fills.
         self.obs = np.zeros((c, *self.obs_shape), obs_dtype)

@@ -55,6 +55,7 @@ from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError
 from offpolicy.jax_setup import configure_jax
 from offpolicy.plotting import last_eval, plot_run
+from offpolicy.replay.prioritized import RankPrioritized
 from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.training import checkpoint
@@ -109,7 +110,9 @@ class Run:
             tc.buffer_size if with_replay else 2 * k, self.obs_shape, self.spec.flat_dim, fields,
             obs_dtype=self.obs_dtype, seed=tc.seed + 2, num_streams=k,
             counted=(FAR,) if FAR in self.agent.writeback_fields else (),
-            forget_whole_episodes=tc.replay != "er" or stored is not None)
+            forget_whole_episodes=tc.replay != "er" or stored is not None,
+            overhead_per_step=(RankPrioritized.bytes_per_step(tc.buffer_size)
+                               if with_replay and tc.replay == "per" else 0))
         # App. B statistics come from replay (set by the learner), not from running updates.
         # Frames are never normalised (the network scales them; per-pixel statistics would
         # cost 28k floats in every checkpoint): --replay-statistics then scales rewards only.

@@ -71,8 +71,8 @@ SUITES = {
     # --steps 100000): discretized AQL (autoregressive, independent), AQL with Gaussian
     # proposals on the continuous actions, Uniform-Q (discretized, as in the paper), QT-Opt
     # (CEM on the continuous actions) and DDPG. The Q-learners run --preset small (64-unit
-    # networks, N 20 + M 80, 2 unrolls per env step): about 10 minutes per run on one core,
-    # the 36 runs in about 6 core-hours (docs/algorithms/aql.md, "Sizing")
+    # networks, N 20 + M 80, 2 unrolls per env step): 10-15 minutes per run on one core,
+    # QT-Opt about 40; the 36 runs in about 10 core-hours (docs/algorithms/aql.md, "Sizing")
     "aql-fig2": ["aql-small-d5", "aql-indep-small-d5", "aql-small", "uniform-q-small-d5",
                  "qt-opt-small", "ddpg"],
     # the same with the paper's sizes and its learner's replay ratio (--preset paper, 0.1
@@ -311,6 +311,11 @@ SUITE_COMPARISONS = {
                     ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "ddpg"),
                     ("ddpg-torch-init", "ddpg"), ("ddpg-lr1e-3", "ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er")],
+    # the AQL paper's Fig. 2 claims: a learned proposal beats uniform search, the
+    # autoregressive proposal beats the independent one, and AQL against CEM and DDPG
+    "aql-fig2": [("aql-small-d5", "uniform-q-small-d5"), ("aql-small-d5", "aql-indep-small-d5"),
+                 ("aql-small-d5", "aql-small"), ("aql-small-d5", "qt-opt-small"),
+                 ("aql-small-d5", "ddpg")],
 }
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import learning  # noqa: E402
 from benchmarks.learning import report, restore_finished  # noqa: E402
 
 
@@ -77,3 +78,9 @@ def test_report_tests_the_suites_differences(tmp_path):
     lo, hi = (float(x) for x in cells[6].strip("[]").split(","))
     assert 0 < lo < 446.7 < hi
     assert "naf-refer - naf" not in text
+
+
+def test_every_compared_pair_names_entries_of_its_suite():
+    for suite, pairs in learning.SUITE_COMPARISONS.items():
+        for mine, other in pairs:
+            assert {mine, other} <= set(learning.SUITES[suite]), (suite, mine, other)

@@ -77,14 +77,22 @@ def _train_parser(algo: str) -> _Parser:
 
 
 def _describe_presets(spec) -> str:
-    """``name (field=value, ...)`` for each preset, as the help of ``--preset``."""
+    """``name (--flag value, ...)`` for each preset, as the help of ``--preset``."""
+
+    def pair(prefix: str, name: str, value) -> str:
+        flag = _flag(prefix, name)
+        if isinstance(value, bool):  # BooleanOptionalAction: --x / --no-x
+            return flag if value else "--no-" + flag[2:]
+        shown = " ".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+        return f"{flag} {shown}"
+
     out = []
     for name, values in spec.presets.items():
         values = dict(values)
-        pairs = [f"{k}={v}" for k, v in (values.pop("train", None) or {}).items()]
-        pairs += [f"{spec.section}.{k}={v}" for k, v in values.items()]
+        pairs = [pair("", k, v) for k, v in (values.pop("train", None) or {}).items()]
+        pairs += [pair(spec.section, k, v) for k, v in values.items()]
         out.append(f"{name} ({', '.join(pairs) or 'the defaults'})")
-    return "; ".join(out)
+    return "; ".join(out).replace("%", "%%")  # argparse %-formats help strings
 
 
 def _split_flags(ns: dict, section: str) -> tuple[dict, dict]:

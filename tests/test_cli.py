@@ -79,7 +79,17 @@ def test_train_help_shows_the_algorithms_resolved_defaults(tmp_path):
     text = " ".join(proc.stdout.split())  # argparse wraps lines
     assert "minibatch size per update (default: 256)" in text
     assert "(default: 64)" not in text.split("--batch-size BATCH_SIZE minibatch")[1][:60]
-    assert "paper (buffer_size=262144" in text and "naf.lr=0.0001" in text
+    assert "paper (--buffer-size 262144" in text and "--naf.lr 0.0001" in text
+
+
+def test_every_algorithms_train_parser_builds():
+    """The train parser resolves the algorithm's defaults to show them: a default that fails
+    validation would break every `offpolicy train ALGO` command, --help included."""
+    from offpolicy import cli, registry
+
+    for algo in registry.ALGORITHMS:
+        help_text = cli._train_parser(algo).format_help()
+        assert "--steps" in help_text and "(default:" in help_text, algo
 
 
 def test_tiny_run_layout_and_eval(tiny_run_dir):

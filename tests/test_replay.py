@@ -544,42 +544,69 @@ def test_a_replay_larger_than_the_machine_is_refused_up_front():
     # and the buffer itself checks: 10^12 steps of one float fit nowhere
     if not os.path.exists("/proc/meminfo"):
         pytest.skip("no /proc/meminfo to check against")
-    with pytest.raises(OffpolicyError, match="more than this machine's"):
+    with pytest.raises(OffpolicyError,
+                       match="more than this (machine's memory|container's memory limit)"):
         ReplayBuffer(10**12, (1,), 1)
 
 
 def test_the_memory_check_reads_a_containers_cgroup_limit(tmp_path):
-    """CI runners and Docker kill a process at its cgroup's limit, which /proc/meminfo does
-    not show: cgroup v2 (memory.max, "max" = none) and v1 (limit_in_bytes, ~2^63 = none)
-    both lower the memory the check compares against."""
+    """Containers, Slurm jobs and systemd scopes kill a process at its cgroup's limit, which
+    /proc/meminfo does not show. The check walks from the process's own cgroup (v2: the
+    ``0::`` line of /proc/self/cgroup; v1: the ``memory`` line) up to the top, takes the
+    tightest limit and that level's usage less its inactive page cache; "max" (v2) and ~2^63
+    (v1) mean no limit."""
     from offpolicy.replay.storage import _cgroup_memory, _meminfo, check_memory
 
     gib = 1024**3
-    assert _cgroup_memory(tmp_path) == (None, None)  # no cgroup files
-    (tmp_path / "memory.max").write_text("max\n")
-    assert _cgroup_memory(tmp_path)[0] is None
-    (tmp_path / "memory.max").write_text(f"{2 * gib}\n")
-    (tmp_path / "memory.current").write_text(f"{gib // 2}\n")
-    assert _cgroup_memory(tmp_path) == (2 * gib, gib // 2)
+    me = tmp_path / "self_cgroup"
+    root = tmp_path / "v2"
+    job = root / "system.slice" / "job_7" / "step_0"
+    job.mkdir(parents=True)
+    me.write_text("0::/system.slice/job_7/step_0\n")
+    assert _cgroup_memory(root, me) == (None, None)  # no cgroup files
+    (root / "memory.max").write_text("max\n")  # the top: no limit
+    (job / "memory.max").write_text("max\n")
+    assert _cgroup_memory(root, me) == (None, None)
+    (job.parent / "memory.max").write_text(f"{2 * gib}\n")  # the job's limit, one level up
+    (job.parent / "memory.current").write_text(f"{gib}\n")
+    (job.parent / "memory.stat").write_text(f"anon 5\ninactive_file {gib // 2}\nfile 9\n")
+    assert _cgroup_memory(root, me) == (2 * gib, gib // 2)
+    (job / "memory.max").write_text(f"{3 * gib}\n")  # a looser inner limit does not count
+    (job / "memory.current").write_text("1\n")
+    assert _cgroup_memory(root, me) == (2 * gib, gib // 2)
+    me.write_text("0::/elsewhere\n")  # a path not mounted here: the container's top level
+    (root / "memory.max").write_text(f"{4 * gib}\n")
+    assert _cgroup_memory(root, me)[0] == 4 * gib
+    # v1: the memory controller's own line and hierarchy
     v1 = tmp_path / "v1"
-    (v1 / "memory").mkdir(parents=True)
+    (v1 / "memory" / "docker" / "abc").mkdir(parents=True)
     (v1 / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
-    (v1 / "memory" / "memory.usage_in_bytes").write_text("123\n")
-    assert _cgroup_memory(v1) == (None, 123)
+    me.write_text("4:memory:/docker/abc\n0::/\n")
+    assert _cgroup_memory(v1, me) == (None, None)
+    (v1 / "memory" / "docker" / "abc" / "memory.limit_in_bytes").write_text(f"{gib}\n")
+    (v1 / "memory" / "docker" / "abc" / "memory.usage_in_bytes").write_text(f"{gib}\n")
+    (v1 / "memory" / "docker" / "abc" / "memory.stat").write_text(
+        f"cache 3\ntotal_inactive_file {gib // 4}\n")
+    assert _cgroup_memory(v1, me) == (gib, 3 * gib // 4)
     if not os.path.exists("/proc/meminfo"):
         pytest.skip("no /proc/meminfo")
-    assert "CgroupLimit" not in _meminfo(v1)  # no limit: the machine's figures
-    info = _meminfo(tmp_path)
-    assert info["MemTotal"] == info["CgroupLimit"] == 2 * gib
-    assert info["MemAvailable"] <= 2 * gib - gib // 2
-    with pytest.raises(OffpolicyError, match=r"more than this container's memory limit "
-                                             r"\(cgroup\) of 2\.0 GiB"):
-        check_memory(10**9, 4, info)
+    me.write_text("0::/system.slice/job_7/step_0\n")
+    info = _meminfo(root, me)
+    if info["MemTotal"] > 2 * gib:  # the machine has more than the job's limit
+        assert info["CgroupLimit"] == info["MemTotal"] == 2 * gib
+        assert info["MemAvailable"] <= 2 * gib - gib // 2
+        with pytest.raises(OffpolicyError, match=r"more than this container's memory limit "
+                                                 r"\(cgroup\) of 2\.0 GiB"):
+            check_memory(10**9, 4, info)
+    # no headroom left is still a figure (0 GiB available), not "unknown"
+    with pytest.warns(UserWarning, match="0.0 GiB of memory is available"):
+        check_memory(10, 4, {"MemTotal": 2 * gib, "MemAvailable": 0, "CgroupLimit": 2 * gib})
 
 
 def test_the_memory_check_counts_prioritized_replays_trees():
     """RankPrioritized.bytes_per_step accounts for every array it keeps per slot once it is
-    full and sorted, and a --replay per run adds it to the replay's check."""
+    full and sorted, and ReplayBuffer adds such an overhead to its check (a --replay per
+    run passes it)."""
     from offpolicy.replay.prioritized import RankPrioritized
 
     n = 4096
@@ -592,6 +619,6 @@ def test_the_memory_check_counts_prioritized_replays_trees():
     if not os.path.exists("/proc/meminfo"):
         pytest.skip("no /proc/meminfo to check against")
     ReplayBuffer(1000, (3,), 1)  # 23 bytes per step: fits
-    # obs 12 + action 4 + reward 4 + 3 flags = 23 bytes; the overhead makes it 10^9
-    with pytest.raises(OffpolicyError, match=r"\(1000000000 bytes per step"):
-        ReplayBuffer(1000, (3,), 1, overhead_per_step=10**9 - 23)
+    # obs 12 + action 4 + reward 4 + 3 flags = 23 bytes; the overhead makes it 10^12
+    with pytest.raises(OffpolicyError, match=r"\(1000000000000 bytes per step"):
+        ReplayBuffer(1000, (3,), 1, overhead_per_step=10**12 - 23)

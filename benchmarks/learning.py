@@ -44,7 +44,7 @@ SUITES = {
                     "ddpg-lr1e-3"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
-              "naf-refer", "vracer", "vracer-er"],
+              "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
     # ACER (Wang et al. 2017): replay ratio 0 (on-policy), 1 and 4, the paper's Fig. 1 claim
     # (--env CartPole-v1 --steps 300000; --env LunarLander-v3 --steps 1000000 --eval-every 50000)
     "acer-replay": ["acer-r0", "acer-r1", "acer-r4"],
@@ -101,9 +101,10 @@ SUITE_THRESHOLDS = {("acer-replay", "CartPole-v1"): 475.0,
                     ("acer-peers", "CartPole-v1"): 475.0}
 
 
-# flags every run of ours in a suite gets. The ReF-ER MuJoCo matrix began (seeds 0-1) when
-# every memory held the whole 100k-step run; its remaining seeds keep that memory, so that ER
-# and ReF-ER differ only in the rules (the refer* default is half the run since, refer.md)
+# flags every run of ours in a suite gets, before the entry's own (which win). The ReF-ER
+# MuJoCo matrix began (seeds 0-1) when every memory held the whole 100k-step run; its
+# remaining seeds keep that memory, so that ER and ReF-ER differ only in the rules (the
+# refer* default is half the run since, refer.md decision 9; ddpg-refer-mem50k measures it)
 SUITE_FLAGS = {"refer": ["--buffer-size", "1000000"]}
 
 # entries that are one of our algorithms with extra flags: (algorithm, flags)
@@ -120,6 +121,8 @@ VARIANTS = {
     "ddpg-refer": ("ddpg", ["--replay", "refer"]),
     "ddpg-refer1": ("ddpg", ["--replay", "refer1"]),
     "ddpg-refer2": ("ddpg", ["--replay", "refer2"]),
+    # ReF-ER with the memory it gets by default in a 100k-step run (half the run, decision 9)
+    "ddpg-refer-mem50k": ("ddpg", ["--replay", "refer", "--buffer-size", "50000"]),
     "naf-refer": ("naf", ["--replay", "refer"]),
     "vracer-er": ("vracer", ["--replay", "er"]),
     "acer-r0": ("acer", ["--replay-ratio", "0"]),
@@ -183,6 +186,17 @@ def single_threaded_env() -> dict[str, str]:
     return env
 
 
+def train_command(entry: str, seed: int, steps: int, env: str, run_dir: Path,
+                  eval_every: int = 10_000, suite_flags: list[str] | None = None) -> list[str]:
+    """The `offpolicy train` command of one of our entries: the suite's flags first, so that
+    an entry's own flags override them (argparse keeps the last)."""
+    algo, flags = VARIANTS.get(entry, (entry, []))
+    return [sys.executable, "-m", "offpolicy", "train", algo, "--env", env, "--steps",
+            str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--quiet",
+            "--eval-every", str(eval_every), "--eval-episodes", "20", *(suite_flags or []),
+            *flags]
+
+
 def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_python: str,
             log, eval_every: int = 10_000, suite_flags: list[str] | None = None) -> None:
     if entry.startswith("pfrl-"):
@@ -194,11 +208,7 @@ def run_one(entry: str, seed: int, steps: int, env: str, run_dir: Path, peers_py
                "--steps", str(steps), "--seed", str(seed), "--run-dir", str(run_dir),
                "--eval-every", str(eval_every), "--eval-episodes", "20", "--warmup", "64"]
     else:
-        algo, flags = VARIANTS.get(entry, (entry, []))
-        cmd = [sys.executable, "-m", "offpolicy", "train", algo, "--env", env, "--steps",
-               str(steps), "--seed", str(seed), "--run-dir", str(run_dir), "--quiet",
-               "--eval-every", str(eval_every), "--eval-episodes", "20", *flags,
-               *(suite_flags or [])]
+        cmd = train_command(entry, seed, steps, env, run_dir, eval_every, suite_flags)
         if (run_dir / "checkpoints" / "latest").exists():
             cmd.append("--resume")
         elif run_dir.exists():  # started but never checkpointed: start again
@@ -277,7 +287,8 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
         metric_text += (f"\nMean `{metric}` over each run's training (train.csv), mean over "
                         f"runs (plot: learning_{name}_{metric}.png): "
                         + ", ".join(f"{e} {v:.4g}" for e, v in means.items()) + ".\n")
-        for er, ref in (("ddpg-er", "ddpg-refer"), ("naf", "naf-refer")):
+        for er, ref in (("ddpg-er", "ddpg-refer"), ("naf", "naf-refer"),
+                        ("ddpg-er", "ddpg-refer-mem50k")):
             if metric == "kl_mu_pi" and er in means and ref in means:
                 metric_text += (f"Ratio of ReF-ER's to ER's mean KL ({ref} / {er}): "
                                 f"{means[ref] / means[er]:.3g}.\n")
@@ -292,7 +303,8 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
             + ", 20 deterministic episodes on a separate "
             "env; best and final evaluation per run, mean +- standard error over runs. "
             "`steps` is the last step that every run of the row reached."
-            + (f" Every run of ours also gets `{' '.join(SUITE_FLAGS[suite])}`."
+            + (f" Every run of ours also gets `{' '.join(SUITE_FLAGS[suite])}` (an "
+               "entry's own flags override it)."
                if suite in SUITE_FLAGS else "") + "\n\n"
             + (format_table(table_rows(groups)) if groups else "No finished run yet.") + "\n"
             + metric_text)
@@ -310,7 +322,8 @@ SUITE_COMPARISONS = {
     "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg", "sbx-ddpg"),
                     ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "ddpg"),
                     ("ddpg-torch-init", "ddpg"), ("ddpg-lr1e-3", "ddpg")],
-    "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er")],
+    "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),
+              ("ddpg-refer-mem50k", "ddpg-er"), ("ddpg-refer-mem50k", "ddpg-refer")],
     # the AQL paper's Fig. 2 claims: a learned proposal beats uniform search (same
     # discretization), the autoregressive proposal beats the independent one; on the
     # continuous actions, AQL's Gaussian proposal against CEM (QT-Opt); and the best AQL

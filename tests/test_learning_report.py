@@ -84,3 +84,19 @@ def test_every_compared_pair_names_entries_of_its_suite():
     for suite, pairs in learning.SUITE_COMPARISONS.items():
         for mine, other in pairs:
             assert {mine, other} <= set(learning.SUITES[suite]), (suite, mine, other)
+
+
+def test_an_entrys_flags_override_the_suites():
+    """The refer suite gives every run a 1e6 memory; ddpg-refer-mem50k sets its own, which
+    must be the one the run gets."""
+    from offpolicy import cli
+
+    cmd = learning.train_command("ddpg-refer-mem50k", 0, 100_000, "HalfCheetah-v5",
+                                 Path("run"), suite_flags=learning.SUITE_FLAGS["refer"])
+    assert cmd[3:5] == ["train", "ddpg"]
+    ns = vars(cli._train_parser("ddpg").parse_args(cmd[5:]))
+    assert ns["buffer_size"] == 50_000 and ns["replay"] == "refer"
+    ns = vars(cli._train_parser("ddpg").parse_args(learning.train_command(
+        "ddpg-refer", 0, 100_000, "HalfCheetah-v5", Path("run"),
+        suite_flags=learning.SUITE_FLAGS["refer"])[5:]))
+    assert ns["buffer_size"] == 1_000_000

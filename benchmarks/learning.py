@@ -72,7 +72,9 @@ SUITES = {
     # proposals on the continuous actions, Uniform-Q (discretized, as in the paper), QT-Opt
     # (CEM on the continuous actions) and DDPG. The Q-learners run --preset small (64-unit
     # networks, N 20 + M 80, 2 unrolls per env step): 10-15 minutes per run on one core,
-    # QT-Opt about 40; the 36 runs in about 10 core-hours (docs/algorithms/aql.md, "Sizing")
+    # QT-Opt about 40; the 36 runs in about 8 core-hours (docs/algorithms/aql.md, "Sizing").
+    # On a 1-D env (cartpole-swingup) aql-indep-small-d5 is the same model as aql-small-d5:
+    # leave it out with --entries
     "aql-fig2": ["aql-small-d5", "aql-indep-small-d5", "aql-small", "uniform-q-small-d5",
                  "qt-opt-small", "ddpg"],
     # the same with the paper's sizes and its learner's replay ratio (--preset paper, 0.1

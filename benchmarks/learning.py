@@ -61,8 +61,9 @@ SUITES = {
     # with the entries' --discretize 5): the defaults, and --preset small
     "aql": ["aql", "aql-small"],
     "aql-discretized": ["aql-d5", "aql-small-d5"],
-    # Platform (hybrid actions, --env offpolicy/Platform-v0 --steps 200000 --eval-every 20000
-    # --eval-episodes 100): AQL against its two baselines on the same budget
+    # Platform (hybrid actions, --env offpolicy/Platform-v0 --steps 200000): AQL against its
+    # two baselines on the same budget, each on its plain command (the issue's acceptance
+    # command): on Platform the AQL family defaults to --preset small (registry.env_presets)
     "aql-platform": ["aql", "uniform-q", "qt-opt"],
     # the same with --preset small (64-unit networks, N 20 + M 80): the paper's sizes cost
     # about 1-2.5 s per update here, 3-9 hours per 200k-step run

@@ -56,7 +56,10 @@ def make(algo: str, env: str | None = None, seed: int | None = None,
         train["env"] = env
     if seed is not None:
         train["seed"] = seed
-    run = registry.resolve(algo, preset=preset, train_overrides=train, agent_overrides=agent)
+    # a new run on an env with a default preset gets it (AQL on Platform: small); a resumed
+    # run keeps its saved one
+    run = registry.resolve(algo, preset=preset, train_overrides=train, agent_overrides=agent,
+                           env_default=not resume)
     if resume:
         if run_dir is None:
             raise OffpolicyError("resume=True needs a run_dir")

@@ -64,7 +64,8 @@ def _train_parser(algo: str) -> _Parser:
                    help="run directory (default: runs/<algo>-<env>-s<seed>)")
     p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
                    help="YAML file with train: and section keys (as a run's config.yaml)")
-    p.add_argument("--preset", choices=list(spec.presets), default=argparse.SUPPRESS,
+    p.add_argument("--preset", choices=[*spec.presets, registry.NO_PRESET],
+                   default=argparse.SUPPRESS,
                    help="named hyper-parameter preset: " + _describe_presets(spec))
     p.add_argument("--resume", action="store_true", default=False,
                    help="continue the run in --run-dir from its latest checkpoint")
@@ -92,7 +93,12 @@ def _describe_presets(spec) -> str:
         pairs = [pair("", k, v) for k, v in (values.pop("train", None) or {}).items()]
         pairs += [pair(spec.section, k, v) for k, v in values.items()]
         out.append(f"{name} ({', '.join(pairs) or 'the defaults'})")
-    return "; ".join(out).replace("%", "%%")  # argparse %-formats help strings
+    out.append(f"{registry.NO_PRESET} (the defaults, also on an env with a default preset)")
+    text = "; ".join(out)
+    if spec.env_presets:
+        text += ". Default on " + ", ".join(f"{env}: {name}"
+                                            for env, name in spec.env_presets.items())
+    return text.replace("%", "%%")  # argparse %-formats help strings
 
 
 def _split_flags(ns: dict, section: str) -> tuple[dict, dict]:
@@ -134,17 +140,24 @@ def cmd_train(argv: list[str]) -> int:
     train_over, agent_over = _split_flags(ns, section)
     file_dict = _load_yaml(ns["config"]) if "config" in ns else None
     preset = ns.get("preset") or (file_dict or {}).get("preset")
-    run = registry.resolve(algo, preset=preset, file_dict=file_dict,
-                           train_overrides=train_over, agent_overrides=agent_over)
-    tc = run.train
-    run_dir = ns.get("run_dir") or Path("runs") / f"{algo}-{tc.env.replace('/', '_')}-s{tc.seed}"
     resume = ns["resume"]
+    # a resumed run keeps its saved preset: no env default is added to what is compared
+    run = registry.resolve(algo, preset=preset, file_dict=file_dict,
+                           train_overrides=train_over, agent_overrides=agent_over,
+                           env_default=not resume)
+    tc = run.train
+    if run.preset and not preset:
+        print(f"offpolicy: {algo} on {tc.env} uses --preset {run.preset} by default "
+              f"(--preset {registry.NO_PRESET} for the defaults)", file=sys.stderr)
+    run_dir = ns.get("run_dir") or Path("runs") / f"{algo}-{tc.env.replace('/', '_')}-s{tc.seed}"
     if resume and Path(run_dir).is_dir() and not (Path(run_dir) / "config.yaml").exists() \
             and not any(Path(run_dir).iterdir()):
         # killed before it wrote anything: there is nothing to continue
         print(f"offpolicy: {run_dir} is empty (the run stopped before its first checkpoint); "
               "starting it from step 0", file=sys.stderr)
         resume = False
+        run = registry.resolve(algo, preset=preset, file_dict=file_dict,
+                               train_overrides=train_over, agent_overrides=agent_over)
     if resume:
         saved_path = Path(run_dir) / "config.yaml"
         if not saved_path.exists():

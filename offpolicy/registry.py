@@ -24,6 +24,9 @@ class Algorithm:
     replays: tuple[str, ...] = ("er",)  # the --replay choices the agent implements
     train_overrides: dict[str, Any] = field(default_factory=dict)  # its own loop defaults
     train_fields: tuple[str, ...] = ()  # loop fields the agent is built with (ACER's k)
+    # env id -> the preset a new run on that env gets when nothing names one (--preset none
+    # opts out): for envs outside the paper whose defaults would not fit a CPU budget
+    env_presets: dict[str, str] = field(default_factory=dict)
 
     def preset_fields(self, preset: str | None) -> tuple[set[str], set[str]]:
         """(training fields, algorithm fields) a preset sets (a preset's ``train`` entry
@@ -33,6 +36,7 @@ class Algorithm:
 
 
 _ALL_REPLAYS = ("er", "per", "refer", "refer1", "refer2")
+NO_PRESET = "none"  # --preset none: the algorithm's defaults, no env default either
 
 REFER_MEMORY_MAX = 2**18  # the ReF-ER paper's N (App. A)
 REFER_MEMORY_MIN = 10_000
@@ -97,7 +101,7 @@ def _aql(name: str, search: str, kinds: tuple[str, ...], description: str) -> Al
     """AQL and its baselines: one agent, the argmax found by ``search``."""
     return Algorithm(name, "aql", C.AQLConfig, "offpolicy.agents.aql:AQL", kinds, description,
                      overrides={"search": search}, presets=_AQL_PRESETS,
-                     train_overrides=_AQL_TRAIN)
+                     train_overrides=_AQL_TRAIN, env_presets=_AQL_ENV_PRESETS)
 
 
 # "paper": the paper's sizes (the defaults) with its learner's replay ratio, 0.1 unrolls per env
@@ -108,6 +112,11 @@ _AQL_PRESETS = {"paper": {"train": {"updates_per_step": 0.1 / 32}},
                 "small": {"hidden": (64, 64), "proposal_hidden": (64,),
                           "proposal_samples": 20, "uniform_samples": 80,
                           "train": {"batch_size": 16, "updates_per_step": 0.125}}}
+# Platform (hybrid actions; not one of the paper's tasks, 9 state features): the Control Suite
+# sizes cost about 2.5 s per update on one core here, some 9 hours per 200k-step run, and its
+# literature (P-DQN, MP-DQN) uses small networks; --preset small solves it in 3 of 3 seeds
+# (docs/algorithms/aql.md, "Platform")
+_AQL_ENV_PRESETS = {"offpolicy/Platform-v0": "small"}
 # ACER (Wang et al. 2017): Algorithm 1's cadence over K env copies, k-step windows; the
 # papers' setups: Atari (Sec. 4: k 20, c 10, alpha 0.99, 16 threads with 50 000-frame memories,
 # rewards clipped to [-1, 1] as in DQN and A3C) and MuJoCo (Sec. 6: k 50, c 5, alpha 0.995,
@@ -228,14 +237,33 @@ class RunConfig:
     def from_dict(d: dict[str, Any], where: str = "config") -> RunConfig:
         if not isinstance(d, dict) or "algo" not in d:
             raise OffpolicyError(f"{where}: expected a mapping with an 'algo' key")
-        return resolve(d["algo"], preset=d.get("preset"), file_dict=d, where=where)
+        # a saved config names its preset (or null): no env default is added on reload
+        return resolve(d["algo"], preset=d.get("preset"), file_dict=d, where=where,
+                       env_default=False)
+
+
+def env_preset(algo: str, env: str) -> str | None:
+    """The preset a new ``algo`` run on ``env`` gets when nothing names one (or None)."""
+    return get(algo).env_presets.get(env)
 
 
 def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | None = None,
             train_overrides: dict[str, Any] | None = None,
-            agent_overrides: dict[str, Any] | None = None, where: str = "config") -> RunConfig:
-    """Build and validate a RunConfig: defaults <- algorithm <- preset <- file <- overrides."""
+            agent_overrides: dict[str, Any] | None = None, where: str = "config",
+            env_default: bool = True) -> RunConfig:
+    """Build and validate a RunConfig: defaults <- algorithm <- preset <- file <- overrides.
+
+    With no preset and ``env_default``, the env's default preset applies
+    (``Algorithm.env_presets``: AQL's ``small`` on Platform) and is recorded in the run's
+    config; ``preset="none"`` means the algorithm's defaults."""
     spec = get(algo)
+    if preset == NO_PRESET:
+        preset = None
+    elif preset is None and env_default and spec.env_presets:
+        env = ((train_overrides or {}).get("env")
+               or ((file_dict or {}).get("train") or {}).get("env")
+               or spec.train_overrides.get("env") or C.TrainConfig().env)
+        preset = spec.env_presets.get(env) if isinstance(env, str) else None
     train = C.TrainConfig()
     agent = C.apply_overrides(spec.config_cls(), copy.deepcopy(spec.overrides), spec.section)
     C.apply_overrides(train, copy.deepcopy(spec.train_overrides), "train")

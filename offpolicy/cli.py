@@ -313,8 +313,12 @@ def cmd_table(argv: list[str]) -> int:
 def cmd_list(argv: list[str]) -> int:
     _Parser(prog="offpolicy list", description="algorithms, action kinds, presets").parse_args(
         argv)
-    rows = [(a.name, a.section, ",".join(a.action_kinds), ",".join(a.presets),
-             ",".join(a.replays), a.description) for a in registry.ALGORITHMS.values()]
+    def presets(a) -> str:  # an env's default preset as "small on offpolicy/Platform-v0"
+        env_defaults = "".join(f" ({name} on {env})" for env, name in a.env_presets.items())
+        return ",".join(a.presets) + env_defaults
+
+    rows = [(a.name, a.section, ",".join(a.action_kinds), presets(a), ",".join(a.replays),
+             a.description) for a in registry.ALGORITHMS.values()]
     header = ("algorithm", "section", "action kinds", "presets", "--replay", "description")
     widths = [max(len(r[i]) for r in [header, *rows]) + 2 for i in range(5)]
     for r in [header, *rows]:

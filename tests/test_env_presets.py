@@ -91,7 +91,9 @@ def test_cli_announces_the_env_preset_and_resume_keeps_the_saved_one(tmp_path, m
     assert run.train.steps == 500_000
 
 
-def test_help_lists_none_and_the_env_default(capsys):
+def test_help_and_list_show_none_and_the_env_default(capsys):
+    assert cli.main(["list"]) == 0
+    assert f"paper,small (small on {PLATFORM})" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         cli.main(["train", "aql", "--help"])
     out = " ".join(capsys.readouterr().out.split())

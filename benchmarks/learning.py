@@ -322,9 +322,10 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
 # of the difference of means (issue 20: is the gap to SB3 real?)
 SUITE_COMPARISONS = {
     "ddpg-peers": [("ddpg", "sb3-ddpg"), ("ddpg", "sbx-ddpg"), ("ddpg-lr1e-3", "sb3-ddpg")],
-    "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg", "sbx-ddpg"),
-                    ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "ddpg"),
-                    ("ddpg-torch-init", "ddpg"), ("ddpg-lr1e-3", "ddpg")],
+    "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg-input1", "sb3-ddpg"),
+                    ("ddpg", "sbx-ddpg"), ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "sbx-ddpg"),
+                    ("ddpg-input1", "ddpg"), ("ddpg-torch-init", "ddpg"),
+                    ("ddpg-lr1e-3", "ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),
               ("ddpg-refer-mem50k", "ddpg-er"), ("ddpg-refer-mem50k", "ddpg-refer")],
     # the AQL paper's Fig. 2 claims: a learned proposal beats uniform search (same

@@ -310,12 +310,29 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                "entry's own flags override it)."
                if suite in SUITE_FLAGS else "") + "\n\n"
             + (format_table(table_rows(groups)) if groups else "No finished run yet.") + "\n"
-            + metric_text)
+            + entries_legend(groups) + metric_text)
     if running:
         text += ("\nIn progress (not in the table or the curves): " + ", ".join(running)
                  + ".\n")
     (out_dir / f"learning_{name}.md").write_text(text)
     return text
+
+
+def entry_command(entry: str) -> str:
+    """What an entry runs, for the report's legend: our flags, or the peer script."""
+    if entry.startswith("pfrl-"):
+        return "benchmarks/peers_pfrl.py (PFRL 0.4.0)"
+    if entry.startswith(("sb3-", "sbx-")):
+        return f"benchmarks/peers.py --lib {entry[:3]}"
+    algo, flags = VARIANTS.get(entry, (entry, []))
+    return " ".join(["offpolicy train", algo, *flags])
+
+
+def entries_legend(groups: dict) -> str:
+    """One line naming what each entry of the table runs (only those with flags or peers)."""
+    named = [f"{e} = `{entry_command(e)}`" for e in groups
+             if e in VARIANTS or e.startswith(("sb3-", "sbx-", "pfrl-"))]
+    return ("\nEntries: " + "; ".join(named) + ".\n") if named else ""
 
 
 # final-return comparisons the report tests (entry, against): Welch's t-test and its interval

@@ -4,6 +4,8 @@ state input (ACE paper baselines; Lillicrap et al. 2016 Eq. 4)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -202,3 +204,7 @@ def test_action_at_input_needs_separate_first_layers_and_sb3_preset_resolves():
     run = registry.resolve("ddpg", preset="sb3")
     assert (run.agent.action_input_layer, run.agent.init, run.agent.actor_lr,
             run.agent.critic_lr) == (1, "torch", 1e-3, 1e-3)
+    # fast: the paper's configuration but for where the action enters the critic
+    fast, paper = registry.resolve("ddpg", preset="fast"), registry.resolve("ddpg")
+    assert fast.agent == dataclasses.replace(paper.agent, action_input_layer=1)
+    assert fast.train == paper.train

@@ -100,3 +100,12 @@ def test_an_entrys_flags_override_the_suites():
         "ddpg-refer", 0, 100_000, "HalfCheetah-v5", Path("run"),
         suite_flags=learning.SUITE_FLAGS["refer"])[5:]))
     assert ns["buffer_size"] == 1_000_000
+
+
+def test_the_legend_names_what_each_entry_runs():
+    groups = {"ddpg": [], "ddpg-input1": [], "sb3-ddpg": [], "pfrl-acer": []}
+    text = learning.entries_legend(groups)
+    assert "ddpg-input1 = `offpolicy train ddpg --ddpg.action-input-layer 1`" in text
+    assert "sb3-ddpg = `benchmarks/peers.py --lib sb3`" in text and "pfrl-acer = " in text
+    assert "ddpg = " not in text.replace("-ddpg = ", "")  # a plain entry needs no legend
+    assert learning.entries_legend({"ddpg": []}) == ""

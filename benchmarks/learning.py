@@ -101,7 +101,10 @@ SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
 # length); keyed by (suite, env)
 SUITE_THRESHOLDS = {("acer-replay", "CartPole-v1"): 475.0,
                     ("acer-replay", "LunarLander-v3"): 200.0,
-                    ("acer-peers", "CartPole-v1"): 475.0}
+                    ("acer-peers", "CartPole-v1"): 475.0,
+                    # DDPG parity: a run that walks (HalfCheetah) or hops (Hopper) steadily
+                    ("ddpg-parity", "HalfCheetah-v5"): 1000.0,
+                    ("ddpg-parity", "Hopper-v5"): 1000.0}
 
 
 # flags every run of ours in a suite gets, before the entry's own (which win). The ReF-ER
@@ -299,6 +302,8 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
     threshold = SUITE_THRESHOLDS.get((suite, env))
     if threshold is not None and groups:
         metric_text += sample_efficiency(groups, threshold)
+        metric_text += final_comparisons(groups, SUITE_COMPARISONS.get(suite, []),
+                                         over_curve=True)
     first = next(iter(groups.values()))[0] if groups else None
     every = int(read_eval(first)["step"][0]) if first is not None else 10_000
     text = (f"# Learning benchmark: {suite} on {env}\n\nCommand: `{command}`\n\n"
@@ -376,16 +381,19 @@ def welch(a, b, level: float = 0.95) -> tuple[float, float, float, float, float]
             float(diff + half))
 
 
-def final_comparisons(groups: dict[str, list[Path]], pairs) -> str:
+def final_comparisons(groups: dict[str, list[Path]], pairs, over_curve: bool = False) -> str:
     """A table of final-return differences for each (entry, against) pair with at least two
     finished runs on each side: difference of means, Welch's t, its df and p, and the 95%
-    interval. No correction for testing several pairs: read p against 0.05 / pairs."""
+    interval. No correction for testing several pairs: read p against 0.05 / pairs.
+    ``over_curve``: the same for each run's mean return over all its evaluations (the area
+    under its learning curve over its length) instead of its final return."""
     import numpy as np
 
     from offpolicy.plotting import read_eval
 
     def finals(entry):
-        return [float(read_eval(d)["return_mean"][-1]) for d in groups.get(entry, [])]
+        returns = [read_eval(d)["return_mean"] for d in groups.get(entry, [])]
+        return [float(np.mean(r) if over_curve else r[-1]) for r in returns]
 
     rows = []
     for mine, other in pairs:
@@ -398,7 +406,8 @@ def final_comparisons(groups: dict[str, list[Path]], pairs) -> str:
                     f"[{lo:.1f}, {hi:.1f}] |")
     if not rows:
         return ""
-    return "\n".join(["", "Final return, differences of means (Welch's t-test, two-sided, and "
+    what = "Mean return over evaluations" if over_curve else "Final return"
+    return "\n".join(["", f"{what}, differences of means (Welch's t-test, two-sided, and "
                       f"its 95% interval; {len(rows)} pairs tested, so p < {0.05 / len(rows):.3g} "
                       "holds them all at 0.05 together, Bonferroni):", "",
                       "| difference | runs | mean difference | t | df | p | 95% interval |",

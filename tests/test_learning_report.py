@@ -109,3 +109,21 @@ def test_the_legend_names_what_each_entry_runs():
     assert "sb3-ddpg = `benchmarks/peers.py --lib sb3`" in text and "pfrl-acer = " in text
     assert "ddpg = " not in text.replace("-ddpg = ", "")  # a plain entry needs no legend
     assert learning.entries_legend({"ddpg": []}) == ""
+
+
+def test_comparisons_over_the_whole_curve(tmp_path):
+    """over_curve compares each run's mean over its evaluations, not its last one."""
+    groups = {}
+    for entry, curves in {"a": [(0, 100), (10, 110), (20, 90)],
+                          "b": [(0, 0), (10, 20), (20, 10)]}.items():
+        groups[entry] = []
+        for seed, (x, y) in enumerate(curves):
+            d = tmp_path / entry / f"s{seed}"
+            _fake_run(d, [(1000, x), (2000, y)], [(1000, 0.1)])
+            groups[entry].append(d)
+    final = learning.final_comparisons(groups, [("a", "b")])
+    curve = learning.final_comparisons(groups, [("a", "b")], over_curve=True)
+    row = lambda text: [c.strip() for c in text.strip().splitlines()[-1].strip("|").split("|")]  # noqa: E731
+    assert final.lstrip().startswith("Final return") and float(row(final)[2]) == 100.0 - 10.0
+    assert curve.lstrip().startswith("Mean return over evaluations")
+    assert float(row(curve)[2]) == (50 + 60 + 55) / 3 - (0 + 15 + 15) / 3

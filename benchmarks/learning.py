@@ -315,12 +315,35 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                "entry's own flags override it)."
                if suite in SUITE_FLAGS else "") + "\n\n"
             + (format_table(table_rows(groups)) if groups else "No finished run yet.") + "\n"
-            + entries_legend(groups) + metric_text)
+            + entries_legend(groups) + seeds_line(groups) + metric_text)
     if running:
         text += ("\nIn progress (not in the table or the curves): " + ", ".join(running)
                  + ".\n")
     (out_dir / f"learning_{name}.md").write_text(text)
     return text
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """``[0, 1, 2, 3, 7]`` -> ``"0-3, 7"``."""
+    out: list[str] = []
+    for s in sorted(seeds):
+        if out and s == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ", ".join(out)
+
+
+def seeds_line(groups: dict) -> str:
+    """When the rows have different seeds (a matrix extended by a later driver with other
+    ``--seeds`` for some entries), one line saying which seeds each row holds; the log has
+    every run's exact command."""
+    seeds = {e: [int(d.name[1:]) for d in dirs] for e, dirs in groups.items()}
+    if len({tuple(sorted(v)) for v in seeds.values()}) <= 1:
+        return ""
+    return ("\nSeeds per row (rows were extended by the same script with other `--seeds` and "
+            "`--entries`; the .log has every run's command): "
+            + "; ".join(f"{e} {seed_ranges(v)}" for e, v in seeds.items()) + ".\n")
 
 
 def entry_command(entry: str) -> str:

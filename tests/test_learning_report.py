@@ -127,3 +127,13 @@ def test_comparisons_over_the_whole_curve(tmp_path):
     assert final.lstrip().startswith("Final return") and float(row(final)[2]) == 100.0 - 10.0
     assert curve.lstrip().startswith("Mean return over evaluations")
     assert float(row(curve)[2]) == (50 + 60 + 55) / 3 - (0 + 15 + 15) / 3
+
+
+def test_rows_with_different_seeds_say_which():
+    assert learning.seed_ranges([4, 0, 1, 2, 7, 9, 8]) == "0-2, 4, 7-9"
+    assert learning.seed_ranges([3]) == "3"
+    same = {"a": [Path("s0"), Path("s1")], "b": [Path("s1"), Path("s0")]}
+    assert learning.seeds_line(same) == ""
+    text = learning.seeds_line({"a": [Path(f"s{i}") for i in range(10)],
+                                "b": [Path(f"s{i}") for i in range(5)]})
+    assert "a 0-9; b 0-4." in text

@@ -41,7 +41,7 @@ SUITES = {
     "pendulum": ["ddpg", "ace", "ace-alt", "tm-ace", "ensemble-ddpg"],
     # DDPG parity with SB3 (5 seeds; HalfCheetah-v5 and Hopper-v5) and the one-choice ablation
     "ddpg-parity": ["ddpg", "ddpg-sb3", "sb3-ddpg", "sbx-ddpg", "ddpg-input1", "ddpg-torch-init",
-                    "ddpg-lr1e-3"],
+                    "ddpg-lr1e-3", "ddpg-gaussian"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -120,6 +120,7 @@ VARIANTS = {
     "ddpg-sb3": ("ddpg", ["--preset", "sb3"]),
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
+    "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
     # ReF-ER's comparison: the same DDPG (ACE-paper networks) with each replay; ER and PER
     # measure the KL and far-policy fraction too (--replay-diagnostics)
     "ddpg-er": ("ddpg", ["--replay-diagnostics"]),
@@ -370,7 +371,7 @@ SUITE_COMPARISONS = {
     "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg-input1", "sb3-ddpg"),
                     ("ddpg", "sbx-ddpg"), ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "sbx-ddpg"),
                     ("ddpg-input1", "ddpg"), ("ddpg-torch-init", "ddpg"),
-                    ("ddpg-lr1e-3", "ddpg")],
+                    ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),
               ("ddpg-refer-mem50k", "ddpg-er"), ("ddpg-refer-mem50k", "ddpg-refer")],
     # the AQL paper's Fig. 2 claims: a learned proposal beats uniform search (same

@@ -137,3 +137,17 @@ def test_rows_with_different_seeds_say_which():
     text = learning.seeds_line({"a": [Path(f"s{i}") for i in range(10)],
                                 "b": [Path(f"s{i}") for i in range(5)]})
     assert "a 0-9; b 0-4." in text
+
+
+def test_every_entry_of_ours_parses_as_a_train_command():
+    """A typo in a suite's flags would only surface hours into a benchmark: every entry of
+    every suite that is ours must parse with `offpolicy train`."""
+    from offpolicy import cli
+
+    for suite, entries in learning.SUITES.items():
+        for entry in entries:
+            if entry.startswith(("sb3-", "sbx-", "pfrl-")):
+                continue
+            cmd = learning.train_command(entry, 0, 1000, "Pendulum-v1", Path("run"),
+                                         suite_flags=learning.SUITE_FLAGS.get(suite))
+            cli._train_parser(cmd[4]).parse_args(cmd[5:])

@@ -371,7 +371,9 @@ SUITE_COMPARISONS = {
     "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg-input1", "sb3-ddpg"),
                     ("ddpg", "sbx-ddpg"), ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "sbx-ddpg"),
                     ("ddpg-input1", "ddpg"), ("ddpg-torch-init", "ddpg"),
-                    ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg")],
+                    ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg"),
+                    # what SB3's learning rate and init cost on top of the action at the input
+                    ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),
               ("ddpg-refer-mem50k", "ddpg-er"), ("ddpg-refer-mem50k", "ddpg-refer")],
     # the AQL paper's Fig. 2 claims: a learned proposal beats uniform search (same

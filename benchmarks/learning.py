@@ -39,7 +39,7 @@ SUITES = {
                    "ddpg"],
     # the issues' 20k-step Pendulum acceptance runs (use --env Pendulum-v1 --steps 20000)
     "pendulum": ["ddpg", "ace", "ace-alt", "tm-ace", "ensemble-ddpg"],
-    # DDPG parity with SB3 (5 seeds; HalfCheetah-v5 and Hopper-v5) and the one-choice ablation
+    # DDPG parity with SB3 (5-10 seeds; HalfCheetah-v5 and Hopper-v5) and the one-choice ablation
     "ddpg-parity": ["ddpg", "ddpg-sb3", "sb3-ddpg", "sbx-ddpg", "ddpg-input1", "ddpg-torch-init",
                     "ddpg-lr1e-3", "ddpg-gaussian"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
@@ -326,13 +326,13 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
 
 def seed_ranges(seeds: list[int]) -> str:
     """``[0, 1, 2, 3, 7]`` -> ``"0-3, 7"``."""
-    out: list[str] = []
-    for s in sorted(seeds):
-        if out and s == int(out[-1].split("-")[-1]) + 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive seeds
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
         else:
-            out.append(str(s))
-    return ", ".join(out)
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def seeds_line(groups: dict) -> str:

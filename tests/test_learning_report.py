@@ -131,7 +131,7 @@ def test_comparisons_over_the_whole_curve(tmp_path):
 
 def test_rows_with_different_seeds_say_which():
     assert learning.seed_ranges([4, 0, 1, 2, 7, 9, 8]) == "0-2, 4, 7-9"
-    assert learning.seed_ranges([3]) == "3"
+    assert learning.seed_ranges([3]) == "3" and learning.seed_ranges([1, 1, 2]) == "1-2"
     same = {"a": [Path("s0"), Path("s1")], "b": [Path("s1"), Path("s0")]}
     assert learning.seeds_line(same) == ""
     text = learning.seeds_line({"a": [Path(f"s{i}") for i in range(10)],

@@ -347,6 +347,13 @@ def seeds_line(groups: dict) -> str:
             + "; ".join(f"{e} {seed_ranges(v)}" for e, v in seeds.items()) + ".\n")
 
 
+PEER_PREFIXES = ("sb3-", "sbx-", "pfrl-")  # entries run by a peer library's script
+
+
+def is_peer(entry: str) -> bool:
+    return entry.startswith(PEER_PREFIXES)
+
+
 def entry_command(entry: str) -> str:
     """What an entry runs, for the report's legend: our flags, or the peer script."""
     if entry.startswith("pfrl-"):
@@ -360,7 +367,7 @@ def entry_command(entry: str) -> str:
 def entries_legend(groups: dict) -> str:
     """One line naming what each entry of the table runs (only those with flags or peers)."""
     named = [f"{e} = `{entry_command(e)}`" for e in groups
-             if e in VARIANTS or e.startswith(("sb3-", "sbx-", "pfrl-"))]
+             if e in VARIANTS or is_peer(e)]
     return ("\nEntries: " + "; ".join(named) + ".\n") if named else ""
 
 

@@ -146,7 +146,7 @@ def test_every_entry_of_ours_parses_as_a_train_command():
 
     for suite, entries in learning.SUITES.items():
         for entry in entries:
-            if entry.startswith(("sb3-", "sbx-", "pfrl-")):
+            if learning.is_peer(entry):
                 continue
             cmd = learning.train_command(entry, 0, 1000, "Pendulum-v1", Path("run"),
                                          suite_flags=learning.SUITE_FLAGS.get(suite))

@@ -86,10 +86,19 @@ SUITES = {
     # and --env InvertedPendulum-v5 --steps 100000 (vracer)
     "refer-pendulum": ["naf", "ddpg-refer"],
     "refer-vracer": ["vracer"],
+    # issue 31 a): ReF-ER at the paper's budget (--steps 1000000 --env HalfCheetah-v5), every
+    # memory at the paper's N = 2^18 (SUITE_FLAGS), so that ER and ReF-ER differ in the rules
+    # only; about 1 core-hour per DDPG run and 1.5-2 per V-RACER run here
+    "refer-1m": ["ddpg-er", "ddpg-refer", "vracer", "vracer-er"],
+    # issue 31 b): the ACE family with the current default (separate actor layers), against
+    # DDPG's two presets (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
+    "ace-separate": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "ddpg", "ddpg-fast"],
 }
 
 # train.csv diagnostics plotted (log scale) and averaged per entry for these suites
 SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
+                 "refer-1m": ["kl_mu_pi", "far_policy_fraction"],
+                 "ace-separate": ["action_spread"],
                  "refer-pendulum": ["kl_mu_pi", "far_policy_fraction"],
                  "refer-vracer": ["kl_mu_pi", "far_policy_fraction"],
                  "acer-replay": ["kl_average", "rho_mean"],
@@ -111,7 +120,8 @@ SUITE_THRESHOLDS = {("acer-replay", "CartPole-v1"): 475.0,
 # MuJoCo matrix began (seeds 0-1) when every memory held the whole 100k-step run; its
 # remaining seeds keep that memory, so that ER and ReF-ER differ only in the rules (the
 # refer* default is half the run since, refer.md decision 9; ddpg-refer-mem50k measures it)
-SUITE_FLAGS = {"refer": ["--buffer-size", "1000000"]}
+SUITE_FLAGS = {"refer": ["--buffer-size", "1000000"],
+               "refer-1m": ["--buffer-size", "262144"]}
 
 # entries that are one of our algorithms with extra flags: (algorithm, flags)
 VARIANTS = {
@@ -121,6 +131,7 @@ VARIANTS = {
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
+    "ddpg-fast": ("ddpg", ["--preset", "fast"]),
     # ReF-ER's comparison: the same DDPG (ACE-paper networks) with each replay; ER and PER
     # measure the KL and far-policy fraction too (--replay-diagnostics)
     "ddpg-er": ("ddpg", ["--replay-diagnostics"]),
@@ -295,7 +306,7 @@ def report(suite: str, runs_root: Path, out_dir: Path, command: str, env: str,
                         f"runs (plot: learning_{name}_{metric}.png): "
                         + ", ".join(f"{e} {v:.4g}" for e, v in means.items()) + ".\n")
         for er, ref in (("ddpg-er", "ddpg-refer"), ("naf", "naf-refer"),
-                        ("ddpg-er", "ddpg-refer-mem50k")):
+                        ("ddpg-er", "ddpg-refer-mem50k"), ("vracer-er", "vracer")):
             if metric == "kl_mu_pi" and er in means and ref in means:
                 metric_text += (f"Ratio of ReF-ER's to ER's mean KL ({ref} / {er}): "
                                 f"{means[ref] / means[er]:.3g}.\n")
@@ -381,6 +392,9 @@ SUITE_COMPARISONS = {
                     ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg"),
                     # what SB3's learning rate and init cost on top of the action at the input
                     ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
+    "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
+    "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
+                     ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),
               ("ddpg-refer-mem50k", "ddpg-er"), ("ddpg-refer-mem50k", "ddpg-refer")],
     # the AQL paper's Fig. 2 claims: a learned proposal beats uniform search (same

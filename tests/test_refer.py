@@ -96,14 +96,16 @@ def _episode(rng, n, terminated):
     return spec, buf, first, last
 
 
-def _reference(buf, slots, terminated):
+def _reference(buf, slots, terminated, final_value=0.0, gamma=GAMMA):
+    """Eq. 8 as a plain float64 loop: V^tbc after the last step is 0 at termination and
+    V(s_T) (``final_value``) at truncation."""
     v = np.where(np.isnan(buf.extras["v"][slots]), buf.extras["value"][slots],
-                 buf.extras["v"][slots])
-    rho = buf.extras["rho"][slots]
-    nxt = 0.0 if terminated else v[-1]
+                 buf.extras["v"][slots]).astype(np.float64)
+    rho = buf.extras["rho"][slots].astype(np.float64)
+    nxt = 0.0 if terminated else float(final_value)
     out = np.zeros(len(slots))
-    for i in reversed(range(len(slots))):  # Eq. 8, a plain loop
-        nxt = v[i] + min(1.0, rho[i]) * (buf.reward[slots[i]] + GAMMA * nxt - v[i])
+    for i in reversed(range(len(slots))):
+        nxt = v[i] + min(1.0, rho[i]) * (float(buf.reward[slots[i]]) + gamma * nxt - v[i])
         out[i] = nxt
     return out, v, rho
 
@@ -112,15 +114,33 @@ def _reference(buf, slots, terminated):
 def test_close_episode_is_the_v_tbc_recursion(terminated):
     spec, buf, first, last = _episode(np.random.default_rng(2), 9, terminated)
     buf.extras["rho"][:9] = np.random.default_rng(3).uniform(0.2, 2.0, 9)
-    stored_returns.close_episode(buf, spec, first, last)
+    final = 3.7  # V(s_T) of the state a truncated episode was cut at
+    stored_returns.close_episode(buf, spec, first, last, final_value=final)
     slots = stored_returns.episode_slots(buf, first, last)
-    want, v, rho = _reference(buf, slots, terminated)
+    want, v, rho = _reference(buf, slots, terminated, final)
     np.testing.assert_allclose(buf.extras["v_tbc"][slots], want, rtol=1e-5, atol=1e-5)
     # the same recursion as returns.v_tbc over the whole episode as one window
     disc = GAMMA * (1.0 - buf.terminated[slots])
-    got = v_tbc(buf.reward[slots][:, None], disc[:, None], v[:, None],
-                np.full((9, 1), v[-1], np.float32), rho[:, None])
+    got = v_tbc(buf.reward[slots][:, None], disc[:, None], v[:, None].astype(np.float32),
+                np.full((9, 1), final, np.float32), rho[:, None].astype(np.float32))
     np.testing.assert_allclose(np.asarray(got)[:, 0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_truncated_episode_bootstraps_from_the_state_it_was_cut_at():
+    """The verification's case (#34): 3 steps, rewards 0, V(s_t) = 0 while acting, truncated
+    where V(s_T) = 10, gamma 0.9: Eq. 8 gives [7.29, 8.1, 9.0] (the value of s_{T-1} gave 0)."""
+    spec = stored_returns.StoredReturn(0.9)
+    fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
+              "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
+    buf = ReplayBuffer(16, (1,), 1, fields, forget_whole_episodes=True)
+    buf.start_episode(np.zeros(1))
+    for t in range(3):
+        buf.add([0.0], 0.0, False, t == 2, np.full(1, t + 1.0), value=0.0)
+    (first, last), = buf.take_closed_episodes()
+    stored_returns.close_episode(buf, spec, first, last, final_value=10.0)
+    slots = stored_returns.episode_slots(buf, first, last)
+    np.testing.assert_allclose(buf.extras["v_tbc"][slots], [7.29, 8.1, 9.0], rtol=1e-6)
+    np.testing.assert_array_equal(buf.next_observations(np.array([last])), [[3.0]])
 
 
 @pytest.mark.parametrize("terminated", [True, False])
@@ -134,8 +154,7 @@ def test_refresh_then_propagate_equals_recomputing_the_episode(terminated):
         buf.extras["v"][s], buf.extras["rho"][s] = rng.normal(), rng.uniform(0.3, 1.7)
         nxt = stored_returns.next_targets(buf, spec, np.array([s]))[0]
         if np.isnan(nxt):
-            nxt = 0.0 if terminated else buf.extras["v"][s] * 0 + _reference(buf, slots,
-                                                                             False)[1][-1]
+            nxt = 0.0  # V(s_T) = 0 here: the episode was closed with final_value 0
         new = buf.extras["v"][s] + min(1.0, buf.extras["rho"][s]) * (
             buf.reward[s] + GAMMA * nxt - buf.extras["v"][s])
         delta = new - buf.extras["v_tbc"][s]
@@ -276,6 +295,75 @@ def test_propagating_a_batch_equals_one_sample_at_a_time():
                                atol=1e-5)
 
 
+def test_a_refreshed_target_survives_a_far_policy_stretch():
+    """The probe's case (#36): 25 steps, rewards 1, values 0, rho = 1e-3 (its floor)
+    everywhere, gamma 0.995, terminated; refresh steps 0 and 24 as V-RACER's update does
+    (v <- 5, rho <- 1, Eq. 8 from the stored next target), then propagate: V^tbc[0] is
+    Eq. 8's 1.000996 (the float32 product underflowed and reverted it to 0.001)."""
+    gamma = 0.995
+    spec = stored_returns.StoredReturn(gamma)
+    fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
+              "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
+    buf = ReplayBuffer(64, (1,), 1, fields, forget_whole_episodes=True)
+    buf.start_episode(np.zeros(1))
+    for t in range(25):
+        buf.add([0.0], 1.0, t == 24, False, np.zeros(1), value=0.0)
+    (first, last), = buf.take_closed_episodes()
+    slots = stored_returns.episode_slots(buf, first, last)
+    buf.extras["rho"][slots] = 1e-3
+    stored_returns.close_episode(buf, spec, first, last)
+    idx = slots[[0, 24]]
+    buf.extras["v"][idx], buf.extras["rho"][idx] = 5.0, 1.0
+    nxt = stored_returns.next_targets(buf, spec, idx)
+    new = 5.0 + (1.0 + gamma * np.nan_to_num(nxt) * (~np.isnan(nxt)) - 5.0)  # rhobar = 1
+    delta = new - buf.extras["v_tbc"][idx]
+    buf.extras["v_tbc"][idx] = new
+    stored_returns.propagate(buf, spec, idx, delta)
+    want = _reference(buf, slots, True, gamma=gamma)[0]
+    assert want[0] == pytest.approx(1.000996, abs=1e-6)
+    np.testing.assert_allclose(buf.extras["v_tbc"][slots], want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_write_back_and_propagation_equal_eq8_in_float64(seed):
+    """Acceptance (#36): the learner's write-back path (refreshed v, rho and V^tbc of sampled
+    steps, then propagation with its default tolerance) leaves every stored target equal to
+    a float64 loop of Eq. 8 over the refreshed values to 1e-5 relative, on random episodes
+    with rho at its 1e-3 floor for 30+ steps."""
+    from offpolicy.replay.refer import REFER
+
+    rng = np.random.default_rng(seed)
+    gamma = 0.995
+    spec = stored_returns.StoredReturn(gamma)
+    fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
+              "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
+    buf = ReplayBuffer(512, (1,), 1, fields, forget_whole_episodes=True)
+    n, stretch = 120, (30, 30 + int(rng.integers(30, 60)))
+    buf.start_episode(np.zeros(1))
+    for t in range(n):
+        buf.add([0.0], rng.normal(), t == n - 1, False, np.zeros(1), value=rng.normal())
+    (first, last), = buf.take_closed_episodes()
+    slots = stored_returns.episode_slots(buf, first, last)
+    rho = rng.lognormal(0.0, 1.0, n).clip(1e-3, 1e3)
+    rho[stretch[0]:stretch[1]] = 1e-3
+    buf.extras["rho"][slots] = rho
+    stored_returns.close_episode(buf, spec, first, last)
+    for _ in range(6):  # updates: a batch of sampled steps refreshed, written back, propagated
+        idx = slots[rng.choice(n, 16, replace=False)]
+        v_new = rng.normal(size=16).astype(np.float32)
+        rho_new = np.where(rng.random(16) < 0.5, 1e-3, rng.lognormal(0, 1, 16)).astype(
+            np.float32).clip(1e-3, 1e3)
+        nxt = stored_returns.next_targets(buf, spec, idx)
+        boot = np.where(np.isnan(nxt), 0.0, nxt)  # terminated: 0 after the last step
+        target = v_new + np.minimum(1.0, rho_new) * (buf.reward[idx] + gamma * boot - v_new)
+        delta = target - buf.extras["v_tbc"][idx]
+        buf.write(idx, {"v": v_new, "rho": rho_new, "v_tbc": target})
+        stored_returns.propagate(buf, spec, idx, delta)
+        want = _reference(buf, slots, True, gamma=gamma)[0]
+        np.testing.assert_allclose(buf.extras["v_tbc"][slots], want, rtol=1e-5, atol=1e-5)
+    assert REFER.rho_max == 1e3  # the floor above is the clip of the importance weight
+
+
 def test_prioritized_ranking_travels_with_the_replay_file(tmp_path):
     from offpolicy.replay.prioritized import RankPrioritized
 
@@ -371,3 +459,37 @@ def test_refer_memory_defaults_to_half_the_run_unless_set():
     assert longer.train.buffer_size == 50_000
     resumed = saved.resumed_with(longer, {"steps", "replay"}, set())
     assert (resumed.train.steps, resumed.train.buffer_size) == (100_000, 15_000)
+
+
+def test_the_learner_bootstraps_truncated_episodes_with_the_network():
+    """V-RACER's learner closes a truncated episode with V(s_T) of its current network on the
+    stored final observation (normalised as its batches are), and a terminated one with 0."""
+    from offpolicy.agents.vracer import VRACER
+    from offpolicy.config import VRACERConfig
+    from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
+    from offpolicy.training.learner import Learner
+
+    spec_a = ActionSpec.continuous(np.full(1, -1.0), np.full(1, 1.0))
+    agent = VRACER(VRACERConfig(hidden=(8,)), (3,), spec_a)
+    fields = dict(agent.behaviour_fields) | dict(agent.writeback_fields)
+    buf = ReplayBuffer(64, (3,), 1, fields, forget_whole_episodes=True, counted=("far",))
+    norm = ObsNormalizer((3,), True)
+    norm.rms.mean, norm.rms.var = np.array([1.0, -2.0, 0.5]), np.array([4.0, 1.0, 9.0])
+    learner = Learner(agent, buf, 4, 0, norm, RewardScaler(0.995, False))
+    rng = np.random.default_rng(5)
+    ends = []
+    for terminated in (False, True, False):  # truncated, terminated, truncated
+        buf.start_episode(rng.normal(size=3))
+        for t in range(4):
+            last = t == 3
+            buf.add([0.1], rng.normal(), last and terminated, last and not terminated,
+                    rng.normal(size=3), mean=[0.0], std=[1.0], value=rng.normal())
+        ends.append(terminated)
+    closed = [(0, 3), (5, 8), (10, 13)]  # 4 steps and the final observation per episode
+    learner._maintain()
+    params = agent.acting_params(learner.state)
+    for (first, last), terminated in zip(closed, ends):
+        final = agent.state_value(params, norm(buf.next_observations(np.array([last]))))[0]
+        slots = stored_returns.episode_slots(buf, first, last)
+        want = _reference(buf, slots, terminated, float(final), gamma=0.995)[0]
+        np.testing.assert_allclose(buf.extras["v_tbc"][slots], want, rtol=1e-5, atol=1e-5)

@@ -32,6 +32,10 @@ runtime (``offpolicy.training``) reads only what this protocol declares:
     the part of the state the policy needs (what a remote collector would be sent).
 ``exploration_noise``
     ``acting.NoiseSpec`` for deterministic policies with additive host-side noise, else None.
+``stored_return`` and ``state_value(params, obs[B, ...]) -> V[B]`` (optional, together)
+    a ``stored_returns.StoredReturn`` when the agent keeps per-step return targets in replay
+    (V-RACER's V^tbc); the learner fills a finished episode's targets and, for a truncated
+    one, bootstraps them from ``state_value`` of the observation it was cut at.
 ``learns_on_segments`` (optional, default True)
     with ``--segment-length`` k, whether a sequences agent takes one update on the segment
     just collected before its replayed ones (ACER's Algorithm 1); False: replay only.

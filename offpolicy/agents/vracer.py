@@ -156,6 +156,11 @@ class VRACER:
     def acting_params(self, state: dict) -> dict:
         return state["params"]
 
+    def state_value(self, params: dict, obs: jax.Array) -> jax.Array:
+        """V(s) [B]: bootstraps the stored targets of a truncated episode from the state it
+        was cut at (Eq. 8 after the last step)."""
+        return self.net.apply({"params": params}, obs)[0]
+
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         """Samples pi (exploring) or returns its mean; records mean, std and V(s)."""
         value, mean, std = self.net.apply({"params": params}, obs)

@@ -308,6 +308,11 @@ class ReplayBuffer:
         out, self._closed = self._closed, []
         return [(a, b) for a, b in out if self.valid[a] and self.valid[b]]
 
+    def next_observations(self, idx: np.ndarray) -> np.ndarray:
+        """The next observation of each transition ``idx`` [B] (an episode's last one: the
+        observation it ended in)."""
+        return self.obs[self._next(np.asarray(idx, np.int64).copy())]
+
     def episode_first_slots(self, idx: np.ndarray) -> np.ndarray:
         """The first slot of the episode of each valid transition ``idx`` (any shape)."""
         idx = np.asarray(idx, np.int64)

@@ -6,12 +6,14 @@ of the episode:
 
     V^tbc_t = v_t + rhobar_t [r_t + gamma V^tbc_{t+1} - v_t],   rhobar_t = min(1, rho_t)
 
-with V^tbc after the last step = 0 at termination and V(s_T) at truncation. So each step stores
-its latest value estimate v_t, importance weight rho_t and target V^tbc_t:
+with V^tbc after the last step = 0 at termination and V(s_T), the value of the state the
+episode was cut at, at truncation (Algorithm 2, remark 2). So each step stores its latest value
+estimate v_t, importance weight rho_t and target V^tbc_t:
 
 * when an episode ends, :func:`close_episode` fills its targets by the recursion above (from the
-  values recorded while acting and the stored rho: 1, or a refreshed weight if a step was
-  sampled before its episode ended; Algorithm 2);
+  values recorded while acting, the stored rho: 1, or a refreshed weight if a step was sampled
+  before its episode ended, and, for a truncated episode, V(s_T) evaluated by the learner with
+  the current network on the stored final observation; Algorithm 2);
 * when step t is sampled, the update recomputes v_t and rho_t with the current network and
   V^tbc_t from the stored V^tbc_{t+1}, and :func:`propagate` carries the change back to every
   earlier step of the episode (Algorithm 3): the recursion is linear in V^tbc, so a change
@@ -59,15 +61,16 @@ def episode_slots(replay: ReplayBuffer, first: int, last: int) -> np.ndarray:
 
 
 def close_episode(replay: ReplayBuffer, spec: StoredReturn, first: int, last: int,
-                  reward_scale: float = 1.0) -> None:
+                  reward_scale: float = 1.0, final_value: float = 0.0) -> None:
     """Fill V^tbc for the finished episode ``first..last`` by the backward recursion (Eq. 8),
-    from the stored values and weights. After the last step: 0 if terminated, else the last
-    stored value (V(s_T) is refreshed with the network when the last step is sampled)."""
+    from the stored values and weights, in float64. After the last step: 0 if terminated,
+    else ``final_value`` = V(s_T), the value of the observation the episode was cut at (an
+    episode abandoned at a resume counts as truncated there)."""
     slots = episode_slots(replay, first, last)
     v = _values(replay, spec, slots)
     rbar = np.minimum(1.0, replay.extras[spec.rho][slots].astype(np.float64))
     r = replay.reward[slots].astype(np.float64) * reward_scale
-    nxt = 0.0 if replay.terminated[last] else float(v[-1])
+    nxt = 0.0 if replay.terminated[last] else float(final_value)
     out = np.empty(len(slots))
     g = spec.gamma
     for i in range(len(slots) - 1, -1, -1):
@@ -86,8 +89,11 @@ def next_targets(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray) -> n
     return out
 
 
+G_FLOOR = 1e-9  # smallest factor gamma min(1, rho): 32 of them stay far above float64's 1e-308
+
+
 def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: np.ndarray,
-              tol: float = 1e-3, chunk: int = 32) -> None:
+              tol: float = 1e-6, chunk: int = 32) -> None:
     """Add delta_t * prod_{i=j}^{t-1} gamma min(1, rho_i) to the stored target of every step j
     before t in t's episode, for each refreshed step t = ``idx`` (Algorithm 3).
 
@@ -95,10 +101,11 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
     per episode, so rows touch distinct slots and a plain indexed add is exact): with
     g_j = gamma min(1, rho_j) and D_j the refreshed change at j (0 where nothing was sampled),
     the accumulated change y_j = g_j y_{j+1} + D_j, and step j gains y_j - D_j. The
-    recursion runs ``chunk`` steps at a time through cumulative products (g >= 1e-4 gamma, as
-    rho is clipped to [1e-4, 1e4] at most, so a 32-step product stays far from underflow
-    for any gamma above 1e-5) and stops once every
-    episode has no sample left and its carried change is below ``tol`` of its largest delta."""
+    recursion runs ``chunk`` steps at a time through cumulative products, in float64 with g
+    floored at ``G_FLOOR`` (replay stores rho as float32, where a stretch of far-policy steps,
+    rho at its 1e-3 clip, underflows a product in a few steps and the refreshed change itself
+    was lost), and stops once every episode has no sample left and its carried change is
+    below ``tol`` of its largest delta."""
     idx = np.asarray(idx, np.int64)
     delta = np.asarray(delta, np.float64)
     ok = np.isfinite(delta) & (delta != 0) & replay.valid[idx]
@@ -125,7 +132,8 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
         slots = replay._offset(episodes[:, None], np.maximum(j, 0))
         # before the episode's first step nothing is added (masked below); g = 1 there keeps
         # the products finite
-        g = np.where(inside, np.maximum(spec.gamma * np.minimum(1.0, rho[slots]), 1e-300), 1.0)
+        rbar = np.minimum(1.0, rho[slots].astype(np.float64))
+        g = np.where(inside, np.maximum(spec.gamma * rbar, G_FLOOR), 1.0)
         d = np.zeros(g.shape)
         here = (back >= o0) & (back < o0 + len(offs))
         d[row[here], back[here] - o0] = delta[here]

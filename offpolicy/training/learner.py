@@ -33,6 +33,7 @@ from offpolicy.replay.storage import ReplayBuffer
 OBS_KEYS = ("obs", "next_obs")
 PRIORITY = "td_abs"  # write-back key of |TD| for prioritized replay (not a replay field)
 RESCALE_EVERY = 1000  # updates between reward-scale recomputations (ReF-ER App. B)
+FINAL_VALUE_CHUNK = 8  # truncated episodes whose V(s_T) one jitted call evaluates
 
 
 class Learner:
@@ -55,6 +56,8 @@ class Learner:
         # agents that store their behaviour policy get the memory's far-policy fraction
         self.far_fraction = FAR in agent.writeback_fields
         self.stored: stored_returns.StoredReturn | None = getattr(agent, "stored_return", None)
+        if self.stored is not None:
+            self._state_value = jax.jit(agent.state_value)
         # ReF-ER App. B: frozen scalers take their statistics from replay, set here
         self.replay_statistics = reward_scale.frozen
         # distinct buffers for every leaf (targets start as copies), as donation requires
@@ -188,9 +191,30 @@ class Learner:
                 for k in self.stored.reward_unit_fields:
                     self.replay.extras[k] *= ratio
         if self.stored is not None:
-            factor = self.reward_scale.factor
-            for first, last in self.replay.take_closed_episodes():
-                stored_returns.close_episode(self.replay, self.stored, first, last, factor)
+            closed = self.replay.take_closed_episodes()
+            if closed:
+                factor = self.reward_scale.factor
+                final = self._final_values(np.array([last for _, last in closed], np.int64))
+                for (first, last), v in zip(closed, final):
+                    stored_returns.close_episode(self.replay, self.stored, first, last, factor,
+                                                 v)
+
+    def _final_values(self, last: np.ndarray) -> np.ndarray:
+        """V(s_T) with the current network for the episodes whose last transitions are
+        ``last`` (0 where one terminated), in chunks of a fixed size: compiled once."""
+        out = np.zeros(len(last))
+        cut = np.flatnonzero(~self.replay.terminated[last])
+        n = FINAL_VALUE_CHUNK
+        for i in range(0, len(cut), n):
+            rows = cut[i:i + n]
+            obs = self.replay.next_observations(last[rows])
+            pad = np.zeros((n - len(rows), *obs.shape[1:]), obs.dtype)
+            obs = np.concatenate([obs, pad]) if len(pad) else obs
+            if self.obs_norm.enabled:
+                obs = self.obs_norm(obs)
+            values = self._state_value(self.agent.acting_params(self.state), obs)
+            out[rows] = np.asarray(values, np.float64)[:len(rows)]
+        return out
 
     def normalize(self, batch: dict) -> dict:
         if self.normalizing:

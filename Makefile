@@ -6,10 +6,20 @@ RUN    := runs/ddpg-pendulum
 
 .PHONY: train test test-slow lint clean bench-venv
 
+# bash with pipefail: an install's exit status survives the filter below
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# Two notices the install would print that say nothing about this project: setuptools'
+# "Editable installation" note (filtered by its message, in pip and the build backend), and
+# pip's "Location ... is ignored" for each package that a machine-wide extra index (pip.conf)
+# does not carry. Every other warning and error still shows.
+QUIET_PIP := PYTHONWARNINGS="ignore:Editable installation"
+NOT_OURS  := grep -v "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" || true
+
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --upgrade pip
-	$(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,dev]"
+	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q --upgrade pip 2>&1 | { $(NOT_OURS); }
+	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,dev]" 2>&1 | { $(NOT_OURS); }
 	touch $(STAMP)
 
 # DDPG on Pendulum-v1 for 20k steps; writes $(RUN)/curve.png and prints the final return.

@@ -62,13 +62,22 @@ def _construction_error(env_id: str, e: BaseException) -> OffpolicyError:
 
 
 _mujoco_hooked = False
+# Gymnasium's v5 model files set compiler/settotalmass, which MuJoCo 3.17 deprecates, so every
+# MuJoCo env construction warns about Gymnasium's files, not about anything a user can change
+_MUJOCO_MODEL_DEPRECATION = "compiler attribute 'settotalmass' is deprecated"
+
+
+def mujoco_warning(msg: str) -> None:
+    """MuJoCo's warning callback: Python's ``warnings`` (shown once, filterable), except the
+    deprecation Gymnasium's own model files raise on every env construction."""
+    if _MUJOCO_MODEL_DEPRECATION in msg:
+        return
+    warnings.warn(f"MuJoCo: {msg}", stacklevel=2)
 
 
 def _route_mujoco_warnings() -> None:
-    """MuJoCo prints its warnings (e.g. MuJoCo 4's 'settotalmass' deprecation, raised by
-    Gymnasium's v5 model files on every env creation) to stderr and appends them to
-    MUJOCO_LOG.TXT in the working directory. Route them to Python's ``warnings`` instead, where
-    they show once and can be filtered."""
+    """MuJoCo prints its warnings to stderr and appends them to MUJOCO_LOG.TXT in the working
+    directory. Route them to :func:`mujoco_warning` instead."""
     global _mujoco_hooked
     if _mujoco_hooked:
         return
@@ -77,7 +86,7 @@ def _route_mujoco_warnings() -> None:
         import mujoco
     except ImportError:
         return
-    mujoco.set_mju_user_warning(lambda msg: warnings.warn(f"MuJoCo: {msg}", stacklevel=2))
+    mujoco.set_mju_user_warning(mujoco_warning)
 
 
 def is_image_space(space: gym.Space) -> bool:

@@ -123,6 +123,11 @@ class Agent:
         replay)."""
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise OffpolicyError(f"steps must be a positive integer, got {steps!r}")
+        k = self.run.train_cfg.num_envs
+        if steps % k:
+            raise OffpolicyError(f"steps {steps} is not a multiple of num_envs {k} (the env "
+                                 f"copies step together): use {steps - steps % k or k} or "
+                                 f"{steps - steps % k + k}")
         if self._checkpoint is not None:  # everything but the replay, into a full-size run
             fresh = Run(self.run.run, None)
             fresh.restore(self._checkpoint, with_replay=False)

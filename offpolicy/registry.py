@@ -236,6 +236,7 @@ class RunConfig:
         out = copy.deepcopy(self)
         for k in self.RESUME_CHANGEABLE & set(train_fields):
             setattr(out.train, k, getattr(requested.train, k))
+        check_step_multiples(out.train)
         return out
 
     @staticmethod
@@ -305,7 +306,26 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     if train.batch_size > train.buffer_size:
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")
+    check_step_multiples(train)
     return RunConfig(algo, train, agent, preset)
+
+
+STEP_MULTIPLES = ("steps", "eval_every", "checkpoint_every")
+
+
+def check_step_multiples(train: C.TrainConfig) -> None:
+    """The K env copies (``--num-envs``) step together, K env steps per iteration: a run, its
+    evaluations and its checkpoints land on the asked step only at multiples of K. Anything
+    else is refused here, with the two nearest valid values, rather than overshot."""
+    k = train.num_envs
+    for name in STEP_MULTIPLES:
+        value = getattr(train, name)
+        if value % k:
+            below, above = value - value % k, value - value % k + k
+            near = f"{below} or {above}" if below else f"{above}"
+            raise OffpolicyError(
+                f"--{name.replace('_', '-')} {value} is not a multiple of --num-envs {k} (the "
+                f"{k} env copies step together, so the run would overshoot it): use {near}")
 
 
 def replay_settings(tc: C.TrainConfig):

@@ -10,6 +10,9 @@ Layout under ``RUN_DIR/checkpoints/``::
                       checksums.json  (sha256 of state.msgpack and of meta.json)
     best              names the checkpoint with the best evaluation (state and meta, no replay)
     best-000010000/
+    best-000004000/   the best as of the latest checkpoint, kept until the next latest one:
+                      a resume from ``latest`` rewinds ``best`` to it (:func:`rewind_best`),
+                      so ``best`` never comes from the timeline that the resume discards
 
 A checkpoint is written into a temporary directory, fsynced, renamed into place, and only then
 does the pointer file move (temp file + ``os.replace``), so a kill at any moment leaves the
@@ -133,20 +136,69 @@ def _jsonable(x: Any) -> Any:
 
 
 def save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict,
-         replay=None) -> Path:
+         replay=None, keep: tuple[str, ...] = ()) -> Path:
     """Write checkpoint ``kind`` ('latest' or 'best') for ``step``; return its directory.
+    Older directories of the kind are removed once the pointer moved, except those named in
+    ``keep`` (the best as of the latest checkpoint, for :func:`rewind_best`).
 
     An ``OSError`` (e.g. ENOSPC) becomes a one-line ``OffpolicyError``; the pointer then still
     names the previous complete checkpoint and no partial directory or temp file is left."""
     ckpt_root = Path(ckpt_root)
     try:
-        return _save(ckpt_root, kind, step, state, meta, replay)
+        return _save(ckpt_root, kind, step, state, meta, replay, keep)
     except OSError as e:
         raise OffpolicyError(f"cannot write checkpoint to {ckpt_root}: {_one_line(e)}; "
                              f"{_previous(ckpt_root, kind)}") from e
 
 
-def _save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict, replay) -> Path:
+def pointer_target(ckpt_root: Path, kind: str) -> str | None:
+    """The directory name the ``kind`` pointer names, or None where there is none."""
+    return _pointer_target(Path(ckpt_root), kind) or None
+
+
+def step_of(name: str) -> int:
+    """``best-000010000`` or ``step-000010000.1`` -> 10000."""
+    return int(name.split("-", 1)[1].split(".")[0])
+
+
+def prune(ckpt_root: Path, kind: str, keep: tuple[str, ...] = ()) -> None:
+    """Remove the ``kind`` directories other than the one its pointer names and ``keep``."""
+    ckpt_root = Path(ckpt_root)
+    current = pointer_target(ckpt_root, kind)
+    prefix = "step" if kind == "latest" else "best"
+    for old in ckpt_root.glob(f"{prefix}-*"):
+        if old.name != current and old.name not in keep:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def rewind_best(ckpt_root: Path, step: int) -> str | None:
+    """A run resumed from its latest checkpoint at ``step`` discards what came after it: the
+    ``best`` pointer moves back to the newest best checkpoint at or before ``step`` (kept for
+    this), newer ones are removed, and without one the pointer goes too. Returns the name the
+    pointer is left on (None: no best checkpoint)."""
+    ckpt_root = Path(ckpt_root)
+    current = pointer_target(ckpt_root, "best")
+    if current is None or step_of(current) <= step:
+        return current
+    older = sorted((d.name for d in ckpt_root.glob("best-*")
+                    if (d / "state.msgpack").exists() and step_of(d.name) <= step),
+                   key=lambda n: (step_of(n), n))
+    try:
+        if older:
+            write_pointer(ckpt_root / "best", older[-1])
+        else:
+            (ckpt_root / "best").unlink()
+    except OSError as e:
+        raise OffpolicyError(f"cannot rewind the best checkpoint in {ckpt_root}: "
+                             f"{_one_line(e)}") from e
+    for d in ckpt_root.glob("best-*"):
+        if not older or d.name != older[-1]:
+            shutil.rmtree(d, ignore_errors=True)
+    return older[-1] if older else None
+
+
+def _save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict, replay,
+          keep: tuple[str, ...] = ()) -> Path:
     ckpt_root.mkdir(parents=True, exist_ok=True)
     for stale in ckpt_root.glob(".tmp-*"):  # left by a save that was killed half-way
         shutil.rmtree(stale, ignore_errors=True)
@@ -188,9 +240,7 @@ def _save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict, replay)
         elif _pointer_target(ckpt_root, kind) != name:
             shutil.rmtree(final, ignore_errors=True)
         raise
-    for old in ckpt_root.glob(f"{prefix}-*"):
-        if old.name != name:
-            shutil.rmtree(old, ignore_errors=True)
+    prune(ckpt_root, kind, keep)
     return final
 
 

@@ -54,7 +54,7 @@ from offpolicy.envs.make import (
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError
 from offpolicy.jax_setup import configure_jax
-from offpolicy.plotting import last_eval, plot_run
+from offpolicy.plotting import last_eval, plot_run, read_eval_csv
 from offpolicy.replay.prioritized import RankPrioritized
 from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
@@ -141,6 +141,7 @@ class Run:
         self._owns_dir = False  # this run created the directory (or found it empty)
         self._created_dir = False
         self._last_ckpt_step = -1
+        self._best_kept: tuple[str, ...] = ()  # the best checkpoint as of the latest one
         self._evaluator: Evaluator | None = None
         self._saved_collector: dict | None = None
         if resume:
@@ -148,6 +149,10 @@ class Run:
                 raise OffpolicyError("--resume needs a run directory")
             if checkpoint.has_checkpoint(self.run_dir):
                 self.restore(checkpoint.locate(self.run_dir, "latest"))
+                if self.step > tc.steps:
+                    raise OffpolicyError(
+                        f"--steps {tc.steps} is below step {self.step}, which the run in "
+                        f"{self.run_dir} has already reached: give --steps {self.step} or more")
                 self._write_config()  # --steps etc. may have changed
             else:  # killed before its first checkpoint: nothing to continue
                 print(f"offpolicy: {self.run_dir} has no checkpoint yet (the run stopped before "
@@ -284,12 +289,17 @@ class Run:
     def save_checkpoint(self, kind: str = "latest") -> Path | None:
         if self.run_dir is None:
             return None
+        root = self.run_dir / "checkpoints"
         replay = self.replay if (kind == "latest" and self.train_cfg.save_replay) else None
-        path = checkpoint.save(self.run_dir / "checkpoints", kind, self.step, self.state,
-                               self.checkpoint_meta(), replay)
+        # a best save keeps the best as of the latest checkpoint, which a resume rewinds to
+        path = checkpoint.save(root, kind, self.step, self.state, self.checkpoint_meta(),
+                               replay, keep=self._best_kept if kind == "best" else ())
         self._ckpt_written = True
         if kind == "latest":
             self._last_ckpt_step = self.step
+            best = checkpoint.pointer_target(root, "best")
+            self._best_kept = (best,) if best else ()
+            checkpoint.prune(root, "best")
         return path
 
     def restore(self, ckpt: Path, with_replay: bool = True) -> None:
@@ -325,12 +335,19 @@ class Run:
             self._collector.load_state_dict(self._saved_collector)
         self._ckpt_written = True
         self._last_ckpt_step = self.step
-        if self.run_dir is not None:  # a best save may have followed the latest one
-            try:
-                best_meta = checkpoint.load_meta(checkpoint.locate(self.run_dir, "best"))
-                self.best_return = max(self.best_return, float(best_meta["best_return"]))
-            except (OffpolicyError, KeyError, ValueError):
-                pass
+        if self.run_dir is not None:
+            self._rewind_best()
+
+    def _rewind_best(self) -> None:
+        """A resume continues from the latest checkpoint and discards what came after it: a
+        ``best`` saved since then goes (the best as of that checkpoint takes its place) and
+        the best return is the best evaluation that eval.csv keeps (rows up to the step)."""
+        kept = checkpoint.rewind_best(self.run_dir / "checkpoints", self.step)
+        self._best_kept = (kept,) if kept else ()
+        rows = [r for r in read_eval_csv(self.run_dir / "eval.csv")
+                if r["step"] <= self.step and math.isfinite(r["return_mean"])]
+        if rows:
+            self.best_return = max(r["return_mean"] for r in rows)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, episodes: int | None = None, policy=None) -> np.ndarray:
@@ -358,6 +375,10 @@ class Run:
         ``status`` 'completed' or 'interrupted' and the ``signal`` that stopped it."""
         tc = self.train_cfg
         total = until if until is not None else tc.steps
+        if total > tc.steps:  # Agent.learn past the planned budget: config.yaml says so
+            tc.steps = total
+            if self.run_dir is not None:
+                self._write_config()
         status = "completed"
         logger = RunLogger(self.run_dir, self.learner.metric_columns(), total, self.step,
                            tc.quiet, f"{self.run.algo} {tc.env} s{tc.seed}")

@@ -1,0 +1,108 @@
+"""Defects from a fault probe and an external oracle (issue #36); each test failed before its
+fix. Item 1 (a refreshed V^tbc reverted in float32) is tested in test_refer.py beside the other
+stored-target checks."""
+
+from __future__ import annotations
+
+import signal
+
+from _helpers import (
+    TINY_FLAGS,
+    assert_one_line_error,
+    latest_step,
+    read_csv,
+    run_cli,
+    signal_when,
+    start_cli,
+)
+
+from offpolicy.training import checkpoint
+
+DDPG = ["train", "ddpg", "--env", "Pendulum-v1", *TINY_FLAGS]
+
+
+# ---------------------------------------------------------------------- item 2
+def _pointer_step(run_dir, kind):
+    name = checkpoint.pointer_target(run_dir / "checkpoints", kind)
+    return None if name is None else checkpoint.step_of(name)
+
+
+def test_best_after_a_kill_comes_from_the_kept_timeline(tmp_path):
+    """Acceptance 3: SIGKILL a run after a ``best`` save that followed its last ``latest``,
+    resume it: ``best`` is the best row of eval.csv (which the resume cut back to the latest
+    checkpoint and re-ran), and the summary line says the same."""
+    run_dir = tmp_path / "R"
+    # ACER on CartPole improves within 4000 steps (DDPG's tiny runs peak at their first
+    # evaluation): new bests at 2200 and 3600, after the latest checkpoints of 2000 and 3000
+    args = ["train", "acer", "--env", "CartPole-v1", "--steps", "4000", "--seed", "0",
+            "--eval-every", "200", "--eval-episodes", "2", "--checkpoint-every", "1000",
+            "--quiet", "--run-dir", "R"]
+    p = start_cli(*args, cwd=tmp_path)
+
+    def best_after_latest():
+        best, latest = _pointer_step(run_dir, "best"), latest_step(run_dir)
+        return best is not None and latest is not None and best > latest
+
+    signal_when(best_after_latest, p, signal.SIGKILL)
+    killed_at = latest_step(run_dir)
+    assert _pointer_step(run_dir, "best") > killed_at  # a best of the timeline to discard
+
+    def check(done, last_step):
+        assert done.returncode == 0, done.stderr
+        rows = read_csv(run_dir / "eval.csv")
+        assert [int(r["step"]) for r in rows] == list(range(200, last_step + 1, 200))
+        best_row = max(rows, key=lambda r: float(r["return_mean"]))
+        meta = checkpoint.load_meta(checkpoint.locate(run_dir, "best"))
+        assert meta["step"] == int(best_row["step"])
+        assert meta["best_return"] == float(best_row["return_mean"])
+        assert f"(best {float(best_row['return_mean']):.2f})" in done.stdout
+        kept = sorted(d.name for d in (run_dir / "checkpoints").glob("best-*"))
+        assert kept == [checkpoint.pointer_target(run_dir / "checkpoints", "best")]
+
+    # resumed to the step it was killed at: nothing trains, the discarded best is gone
+    check(run_cli(*args, "--resume", "--steps", str(killed_at),  # the last --steps counts
+                  cwd=tmp_path), killed_at)
+    # and on to the end
+    check(run_cli(*args, "--resume", cwd=tmp_path), 4000)
+
+
+# ---------------------------------------------------------------------- item 6
+def test_steps_and_evaluations_land_on_the_asked_step_with_env_copies(tmp_path):
+    """``--num-envs 4``: a run ends at its ``--steps`` and evaluates at multiples of
+    ``--eval-every``; values the copies cannot land on are refused with the nearest ones."""
+    for flag, value, near in (("--steps", "1002", "use 1000 or 1004"),
+                              ("--eval-every", "250", "use 248 or 252"),
+                              ("--checkpoint-every", "1001", "use 1000 or 1004"),
+                              ("--steps", "2", "use 4")):
+        args = [*DDPG, "--num-envs", "4", "--steps", "1000", flag, value, "--run-dir", "X"]
+        assert near in assert_one_line_error(run_cli(*args, cwd=tmp_path), "--num-envs 4")
+        assert not (tmp_path / "X").exists()
+    ok = run_cli(*DDPG, "--num-envs", "4", "--steps", "1000", "--eval-every", "500",
+                 "--run-dir", "R", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert [int(r["step"]) for r in read_csv(tmp_path / "R" / "eval.csv")] == [500, 1000]
+    assert int(read_csv(tmp_path / "R" / "train.csv")[-1]["step"]) == 1000
+    assert latest_step(tmp_path / "R") == 1000
+
+
+def test_acer_paper_mujoco_refuses_steps_its_16_copies_overshoot(tmp_path):
+    """#34 item 4: ``acer --preset paper-mujoco --steps 100`` (16 env copies) ended at 112."""
+    args = ["train", "acer", "--env", "CartPole-v1", "--preset", "paper-mujoco", "--quiet",
+            "--eval-episodes", "2"]
+    bad = run_cli(*args, "--steps", "100", "--run-dir", "X", cwd=tmp_path)
+    assert "use 96 or 112" in assert_one_line_error(bad, "--steps 100")
+    ok = run_cli(*args, "--steps", "96", "--run-dir", "R", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert [int(r["step"]) for r in read_csv(tmp_path / "R" / "eval.csv")] == [96]
+
+
+# ---------------------------------------------------------------------- item 7
+def test_resume_refuses_steps_below_the_step_reached(tmp_path):
+    args = [*DDPG, "--steps", "400", "--eval-every", "200", "--run-dir", "R"]
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    config = (tmp_path / "R" / "config.yaml").read_text()
+    low = run_cli(*DDPG, "--run-dir", "R", "--resume", "--steps", "200", cwd=tmp_path)
+    assert "step 400" in assert_one_line_error(low, "--steps 200")
+    assert (tmp_path / "R" / "config.yaml").read_text() == config
+    same = run_cli(*DDPG, "--run-dir", "R", "--resume", "--steps", "400", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr

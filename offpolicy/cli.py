@@ -1,17 +1,20 @@
 """The ``offpolicy`` command: train, eval, plot, table, list.
 
 Every bad input (unknown algorithm, env, flag or preset; invalid value; missing or corrupt
-checkpoint; NaN/inf in data or losses) ends with one line ``offpolicy: error: ...`` on stderr
-and exit code 2, never a traceback. The train flags are generated from the config dataclasses:
-``--steps`` for the loop, ``--<section>.<field>`` (e.g. ``--ace.num-actors``) for the
-algorithm.
+checkpoint; NaN/inf in data or losses; an environment that raises in ``reset()`` or ``step()``)
+ends with one line ``offpolicy: error: ...`` on stderr and exit code 2, never a traceback
+(``OFFPOLICY_TRACEBACK=1`` prints the whole trace before that line). The train flags are
+generated from the config dataclasses: ``--steps`` for the loop, ``--<section>.<field>`` (e.g.
+``--ace.num-actors``) for the algorithm.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
+import traceback
 import typing
 from pathlib import Path
 
@@ -353,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                                  f"(valid: {', '.join(COMMANDS)}, --version)")
         return cmd(argv[1:])
     except OffpolicyError as e:
+        if os.environ.get("OFFPOLICY_TRACEBACK", "") not in ("", "0"):
+            traceback.print_exception(e)  # the whole chain, the env's own frames included
         print(f"offpolicy: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

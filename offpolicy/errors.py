@@ -12,6 +12,20 @@ class NonFiniteError(OffpolicyError):
     """NaN or inf in observations, rewards, losses or parameters."""
 
 
+class EnvError(OffpolicyError):
+    """The environment itself raised, in ``reset()`` or ``step()`` (its exception is the
+    ``__cause__``; ``OFFPOLICY_TRACEBACK=1`` makes the CLI print the whole trace)."""
+
+
+def env_error(env_id: str, e: BaseException, where: str) -> EnvError:
+    """``environment X raised RuntimeError at step 300: message`` (one line)."""
+    text = " ".join(str(e).split())
+    if len(text) > 400:
+        text = text[:397] + "..."
+    return EnvError(f"environment {env_id} raised {type(e).__name__} {where}"
+                    + (f": {text}" if text else ""))
+
+
 def did_you_mean(word: str, choices, n: int = 3, cutoff: float = 0.6) -> str:
     """'; did you mean a, b?' for the choices close to ``word``, or '' (for error messages)."""
     import difflib

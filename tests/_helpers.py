@@ -24,8 +24,8 @@ TINY_FLAGS = ["--ddpg.hidden", "32", "32", "--batch-size", "16", "--eval-episode
 TINY_OVERRIDES = {"hidden": (32, 32), "batch_size": 16, "eval_episodes": 2, "quiet": True}
 
 
-def cli_env() -> dict[str, str]:
-    env = dict(os.environ)
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, **(extra or {}))
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(TESTS_DIR) + (os.pathsep + old if old else "")
     env["OFFPOLICY_CACHE_DIR"] = CACHE_DIR
@@ -36,9 +36,9 @@ def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "offpolicy", *map(str, args)]
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = SUBPROCESS_TIMEOUT
-            ) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_cmd(*args), cwd=cwd, env=cli_env(), capture_output=True,
+def run_cli(*args: str, cwd: Path, timeout: float = SUBPROCESS_TIMEOUT,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cli_cmd(*args), cwd=cwd, env=cli_env(extra_env), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -108,12 +108,17 @@ def tiny_run(algo: str = "ddpg", env: str = "Pendulum-v1", seed: int = 0, **over
 
 
 def signal_when(predicate, proc: subprocess.Popen, sig: int,
-                timeout: float = SUBPROCESS_TIMEOUT) -> tuple[str, str]:
-    """Send ``sig`` to ``proc`` once ``predicate()`` holds; return its (stdout, stderr)."""
+                timeout: float = SUBPROCESS_TIMEOUT, group: bool = False) -> tuple[str, str]:
+    """Send ``sig`` to ``proc`` once ``predicate()`` holds; return its (stdout, stderr).
+    ``group``: to its whole process group, as Ctrl-C in a terminal does (start ``proc`` with
+    ``start_new_session=True``)."""
     try:
         wait_for(predicate, proc, timeout)
         assert proc.poll() is None, "the run finished before the signal"
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         return proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:

@@ -5,16 +5,21 @@ stored-target checks."""
 from __future__ import annotations
 
 import signal
+import subprocess
 
+import pytest
 from _helpers import (
     TINY_FLAGS,
     assert_one_line_error,
+    cli_cmd,
+    cli_env,
     latest_step,
     read_csv,
     run_cli,
     signal_when,
     start_cli,
 )
+from toy_envs import RAISE_AT
 
 from offpolicy.training import checkpoint
 
@@ -106,3 +111,63 @@ def test_resume_refuses_steps_below_the_step_reached(tmp_path):
     assert (tmp_path / "R" / "config.yaml").read_text() == config
     same = run_cli(*DDPG, "--run-dir", "R", "--resume", "--steps", "400", cwd=tmp_path)
     assert same.returncode == 0, same.stderr
+
+
+# ---------------------------------------------------------------------- item 3
+@pytest.mark.parametrize("algo,env,extra,where", [
+    ("ddpg", "toy_envs:RaiseInStep-v0", ["--ddpg.hidden", "32", "32"],
+     f"raised RuntimeError at step {RAISE_AT}: simulator diverged"),
+    ("acer", "toy_envs:DiscreteRaise-v0", ["--num-envs", "1"],
+     f"raised RuntimeError at step {RAISE_AT}: simulator diverged"),
+    ("ddpg", "toy_envs:RaiseInReset-v0", ["--ddpg.hidden", "32", "32"],
+     "raised RuntimeError at step 40: simulator lost at reset 5"),
+    ("ddpg", "toy_envs:RaiseInStep-v0", ["--num-envs", "2", "--async-envs"],
+     f"raised RuntimeError at step {2 * RAISE_AT}: simulator diverged"),
+])
+def test_an_env_that_raises_is_one_line_and_keeps_the_checkpoint(tmp_path, algo, env, extra,
+                                                                  where):
+    """An exception from the env's step() or reset() (in this process or an async worker)
+    ends the run with one line naming the env, the exception and the step, exit 2, and the
+    last checkpoint kept; OFFPOLICY_TRACEBACK=1 shows the whole trace."""
+    args = ["train", algo, "--env", env, "--steps", "4000", "--eval-every", "4000",
+            "--batch-size", "16", "--quiet", *extra]
+    p = run_cli(*args, "--run-dir", "R", cwd=tmp_path)
+    assert where in assert_one_line_error(p, f"environment {env}")
+    if "Reset" not in env:
+        assert latest_step(tmp_path / "R") == 1000  # the first checkpoint stays
+    if "--async-envs" not in extra:
+        return
+    env_vars = {"OFFPOLICY_TRACEBACK": "1"}  # the worker's trace too
+    traced = run_cli(*args, "--run-dir", "T", cwd=tmp_path, extra_env=env_vars)
+    assert traced.returncode == 2
+    assert "Traceback" in traced.stderr and "RuntimeError" in traced.stderr
+    assert traced.stderr.strip().splitlines()[-1].startswith("offpolicy: error: environment")
+
+
+# ---------------------------------------------------------------------- item 8
+def _async_run(tmp_path):
+    return subprocess.Popen(
+        cli_cmd(*DDPG, "--steps", "200000", "--num-envs", "4", "--async-envs", "--run-dir",
+                "R", "--checkpoint-every", "400"),
+        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+
+
+def test_async_envs_stop_quietly_on_ctrl_c(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, workers included) printed a two-line
+    'could not close ... Broken pipe' warning before the interrupted message."""
+    p = _async_run(tmp_path)
+    _, err = signal_when(lambda: (latest_step(tmp_path / "R") or 0) >= 400, p, signal.SIGINT,
+                         group=True)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines() == [line for line in err.strip().splitlines()
+                                        if line.startswith("interrupted at step")], err
+
+
+def test_async_workers_exit_silently_when_the_run_is_killed(tmp_path):
+    """SIGKILL of the training process: the workers printed 130 lines of EOFError /
+    BrokenPipeError tracebacks and the resource tracker a leaked-semaphore warning."""
+    p = _async_run(tmp_path)
+    _, err = signal_when(lambda: (latest_step(tmp_path / "R") or 0) >= 400, p, signal.SIGKILL)
+    assert p.returncode == -signal.SIGKILL
+    assert err == "", err  # read to EOF: every worker (and helper process) has exited

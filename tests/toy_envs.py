@@ -31,8 +31,12 @@ class ToyEnv(gym.Env):
 
     def __init__(self, k: int = EPISODE_STEPS, terminate: bool = True, discrete: bool = False,
                  nan_obs_at: int | None = None, nan_reward_at: int | None = None,
-                 huge_reward_after: int | None = None):
+                 huge_reward_after: int | None = None, raise_in_step_at: int | None = None,
+                 raise_in_reset_at: int | None = None):
         self.k = k
+        self.raise_in_step_at = raise_in_step_at  # this instance's env step that raises
+        self.raise_in_reset_at = raise_in_reset_at  # this instance's reset() call that raises
+        self.resets = 0
         self.terminate = terminate
         self.nan_obs_at = nan_obs_at
         self.nan_reward_at = nan_reward_at
@@ -49,6 +53,9 @@ class ToyEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
+        self.resets += 1
+        if self.raise_in_reset_at is not None and self.resets == self.raise_in_reset_at:
+            raise RuntimeError(f"simulator lost at reset {self.resets}")
         self.t = 0
         self.phase = float(self.np_random.uniform(-1.0, 1.0))
         return self._obs(), {}
@@ -56,6 +63,8 @@ class ToyEnv(gym.Env):
     def step(self, action):
         self.t += 1
         self.total += 1
+        if self.raise_in_step_at is not None and self.total == self.raise_in_step_at:
+            raise RuntimeError(f"simulator diverged at its step {self.total}")
         obs = self._obs()
         reward = -0.1 * self.phase ** 2 + 0.01 * self.t
         if self.nan_obs_at is not None and self.total == self.nan_obs_at:
@@ -79,6 +88,10 @@ _register("NaNObs-v0", k=50, nan_obs_at=NAN_AT)
 _register("NaNReward-v0", k=50, nan_reward_at=NAN_AT)
 _register("HugeReward-v0", k=50, huge_reward_after=HUGE_AFTER)
 _register("DiscreteToy-v0", k=EPISODE_STEPS, discrete=True)
+RAISE_AT = 1500  # the env step of each instance at which RaiseInStep raises
+_register("RaiseInStep-v0", k=EPISODE_STEPS, raise_in_step_at=RAISE_AT)
+_register("RaiseInReset-v0", k=EPISODE_STEPS, raise_in_reset_at=5)
+_register("DiscreteRaise-v0", k=EPISODE_STEPS, discrete=True, raise_in_step_at=RAISE_AT)
 
 
 GUESS_CHOICES = 3

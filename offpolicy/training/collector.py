@@ -49,9 +49,10 @@ class Collector:
         self.ep_return = np.zeros(num_envs, np.float64)
         self.finished: list[float] = []  # returns of episodes finished since the last take
 
-    def begin(self) -> None:
-        """Reset every env copy and open an episode for each in replay."""
-        obs = self.envs.reset(self.seed + 1_000_003 * self.resets)
+    def begin(self, step: int = 0) -> None:
+        """Reset every env copy (at training ``step``) and open an episode for each in
+        replay."""
+        obs = self.envs.reset(self.seed + 1_000_003 * self.resets, step)
         self.resets += 1
         for i in range(self.num_envs):
             self.replay.start_episode(obs[i], i)
@@ -84,7 +85,9 @@ class Collector:
             raise NonFiniteError(
                 f"the policy produced a non-finite action at step {step}: its parameters "
                 "diverged (lower the learning rates or normalise observations)")
-        next_obs, obs, reward, terminated, truncated = self.envs.step(action)
+        # an env error names the step this iteration completes (as train.csv counts)
+        next_obs, obs, reward, terminated, truncated = self.envs.step(action,
+                                                                      step + self.num_envs)
         if not (np.isfinite(reward).all() and np.isfinite(next_obs).all()
                 and np.isfinite(obs).all()):
             what = "reward" if not np.isfinite(reward).all() else "observation"

@@ -14,7 +14,7 @@ import numpy as np
 
 from offpolicy.envs.make import make_env, observation_dtype
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.errors import NonFiniteError
+from offpolicy.errors import NonFiniteError, env_error
 
 MAX_PARALLEL = 20
 EVAL_SEED_OFFSET = 10_000  # evaluation env i starts from reset(seed=run seed + this + i)
@@ -22,6 +22,7 @@ EVAL_SEED_OFFSET = 10_000  # evaluation env i starts from reset(seed=run seed + 
 
 class Evaluator:
     def __init__(self, env_id: str, episodes: int, eval_seed: int, spec: ActionSpec):
+        self.env_id = env_id
         self.episodes = episodes
         self.eval_seed = eval_seed
         self.spec = spec
@@ -49,7 +50,10 @@ class Evaluator:
                 e = episode_of[j]
                 if e < 0:
                     continue
-                o, r, term, trunc, _ = env.step(self.spec.to_env(actions[j]))
+                try:
+                    o, r, term, trunc, _ = env.step(self.spec.to_env(actions[j]))
+                except Exception as exc:
+                    raise env_error(self.env_id, exc, f"in evaluation episode {e}") from exc
                 if not np.isfinite(r) or not np.all(np.isfinite(o)):
                     raise NonFiniteError(f"non-finite observation or reward in evaluation "
                                          f"episode {e}")
@@ -63,7 +67,11 @@ class Evaluator:
         if next_episode >= self.episodes:
             episode_of[j] = -1
             return next_episode
-        obs[j], _ = self.envs[j].reset(seed=self.eval_seed + next_episode)
+        try:
+            obs[j], _ = self.envs[j].reset(seed=self.eval_seed + next_episode)
+        except Exception as exc:
+            raise env_error(self.env_id, exc,
+                            f"in reset() of evaluation episode {next_episode}") from exc
         episode_of[j] = next_episode
         return next_episode + 1
 

@@ -451,7 +451,7 @@ class Run:
                 self._last_eval()[0] < (self.step // tc.eval_every) * tc.eval_every:
             self._do_eval(logger)  # due when the run stopped, not yet done
         if not collector.started:  # a new run or a restored one: start fresh episodes
-            collector.begin()
+            collector.begin(self.step)
         step = self.step
         clock = Stopwatch(self.elapsed)
         interval_t0, interval_s0 = clock(), step

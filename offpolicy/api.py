@@ -150,6 +150,11 @@ class Agent:
         """Returns of ``episodes`` (>= 1) deterministic evaluation episodes."""
         return self.run.evaluate(episodes)
 
+    def close(self) -> None:
+        """Close the agent's envs and release its run directory (another run may then
+        resume it); ``learn`` cannot be called after this."""
+        self.run.close()
+
     def save(self, path: str | Path) -> Path:
         """Write a self-contained checkpoint directory (parameters, optimiser, config)."""
         path = Path(path)

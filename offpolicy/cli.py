@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import traceback
@@ -22,9 +23,29 @@ from offpolicy import __version__, registry
 from offpolicy import config as C
 from offpolicy.errors import OffpolicyError, did_you_mean
 
+# argparse reads "-1e-3" as a flag (its negative-number test knows no exponent): such a value
+# after an option that takes one is joined to it, "--vracer.lr=-1e-3", which argparse reads
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises OffpolicyError (one line) instead of printing usage and exiting."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        joined: list[str] = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            action = self._option_string_actions.get(a)
+            if (action is not None and action.nargs != 0 and i + 1 < len(args)
+                    and _NEGATIVE_NUMBER.match(args[i + 1])):
+                joined.append(f"{a}={args[i + 1]}")
+                i += 2
+                continue
+            joined.append(a)
+            i += 1
+        return super().parse_known_args(joined, namespace)
 
     def error(self, message: str) -> typing.NoReturn:
         if message.startswith("unrecognized arguments:"):

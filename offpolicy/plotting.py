@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -10,20 +11,69 @@ import numpy as np
 
 from offpolicy.errors import OffpolicyError, did_you_mean
 
+_NOTED: set[Path] = set()  # files whose incomplete last line was reported once already
 
-def read_eval_csv(path: Path) -> list[dict[str, float]]:
-    """The rows of an eval.csv as floats (the one reader for the file: plots, tables, runs)."""
+
+def parse_csv(path: Path) -> tuple[list[str], list[list[str]], bool]:
+    """(header, rows as strings, whether the last line is incomplete) of a run's CSV. Rows are
+    written whole and flushed, so a run killed while writing leaves at most one incomplete
+    line, the last, which has no newline yet."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise OffpolicyError(f"cannot read {path}: {e}") from e
+    lines = text.splitlines()
+    if not lines:
+        return [], [], False
+    incomplete = not text.endswith(("\n", "\r"))
+    header, *rows = list(csv.reader(lines))
+    if incomplete and not rows:  # the header itself was cut
+        return [], [], True
+    return header, rows, incomplete
+
+
+def read_eval_csv(path: Path, quiet: bool = False) -> list[dict[str, float]]:
+    """The rows of an eval.csv (or train.csv) as floats (the one reader for these files:
+    plots, tables, runs). An incomplete last line (a run killed while writing it) is skipped
+    with a note on stderr (``quiet``: without); any other malformed row is a one-line error
+    naming the file and the line."""
     path = Path(path)
     if not path.exists():
         return []
-    with open(path, newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v not in (None, "")}
-                for row in csv.DictReader(f)]
+    header, rows, incomplete = parse_csv(path)
+    if incomplete and rows:
+        rows = rows[:-1]
+        if not quiet and path not in _NOTED:
+            _NOTED.add(path)
+            print(f"offpolicy: note: {path}: skipped its incomplete last line {len(rows) + 2} "
+                  "(the run stopped while writing it)", file=sys.stderr)
+    if rows and "step" not in header:
+        raise OffpolicyError(f"{path}: line 1 has no 'step' column (header: {','.join(header)})")
+    out = []
+    for n, fields in enumerate(rows, start=2):
+        if not fields:
+            continue  # a blank line
+        if len(fields) != len(header):
+            raise OffpolicyError(f"{path}, line {n}: {len(fields)} fields where the header has "
+                                 f"{len(header)}")
+        row = {}
+        for k, v in zip(header, fields):
+            if v == "":
+                continue
+            try:
+                row[k] = float(v)
+            except ValueError:
+                raise OffpolicyError(f"{path}, line {n}: '{k}' is not a number: "
+                                     f"{v[:40]!r}") from None
+        if "step" not in row:
+            raise OffpolicyError(f"{path}, line {n}: no step")
+        out.append(row)
+    return out
 
 
 def last_eval(path: Path) -> tuple[int, float]:
-    """(step, return_mean) of the newest row of an eval.csv, or (-1, nan)."""
-    rows = read_eval_csv(path)
+    """(step, return_mean) of the newest complete row of an eval.csv, or (-1, nan)."""
+    rows = read_eval_csv(path, quiet=True)
     if not rows:
         return -1, float("nan")
     return int(rows[-1]["step"]), rows[-1]["return_mean"]

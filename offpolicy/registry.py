@@ -236,7 +236,7 @@ class RunConfig:
         out = copy.deepcopy(self)
         for k in self.RESUME_CHANGEABLE & set(train_fields):
             setattr(out.train, k, getattr(requested.train, k))
-        check_step_multiples(out.train)
+        check_step_multiples(out.train, set(train_fields))
         return out
 
     @staticmethod
@@ -306,21 +306,25 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     if train.batch_size > train.buffer_size:
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")
-    check_step_multiples(train)
+    check_step_multiples(train, set().union(*sources))
     return RunConfig(algo, train, agent, preset)
 
 
 STEP_MULTIPLES = ("steps", "eval_every", "checkpoint_every")
 
 
-def check_step_multiples(train: C.TrainConfig) -> None:
+def check_step_multiples(train: C.TrainConfig, explicit: set[str]) -> None:
     """The K env copies (``--num-envs``) step together, K env steps per iteration: a run, its
-    evaluations and its checkpoints land on the asked step only at multiples of K. Anything
-    else is refused here, with the two nearest valid values, rather than overshot."""
+    evaluations and its checkpoints land on the asked step only at multiples of K. A value
+    set explicitly (flag, file, preset) that is not one is refused, with the two nearest valid
+    values, rather than overshot; a default that is not one becomes the multiple below it
+    (``--num-envs 3``: evaluations every 9999 steps), which config.yaml records."""
     k = train.num_envs
     for name in STEP_MULTIPLES:
         value = getattr(train, name)
-        if value % k:
+        if value % k and name not in explicit:
+            setattr(train, name, max(k, value - value % k))
+        elif value % k:
             below, above = value - value % k, value - value % k + k
             near = f"{below} or {above}" if below else f"{above}"
             raise OffpolicyError(

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from offpolicy import registry
-from offpolicy.envs.make import action_spec, make_env, observation_dtype, observation_shape
+from offpolicy.envs.make import (
+    action_spec,
+    frame_stack,
+    make_env,
+    observation_dtype,
+    observation_shape,
+)
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import NatureCNN, is_image
@@ -91,22 +97,29 @@ def test_replay_and_collector_keep_uint8_frames():
     probe = make_env(PONG, seed=0)
     spec, shape, dtype = action_spec(probe), observation_shape(probe), observation_dtype(probe)
     probe.close()
-    # built the way run.py builds it
-    replay = ReplayBuffer(64, shape, spec.flat_dim, {}, obs_dtype=dtype, seed=0, num_streams=1)
-    assert replay.obs.dtype == np.uint8 and replay.obs.shape == (64, 84, 84, 4)
+    # built the way run.py builds it: the 4 stacked frames stored once each
+    replay = ReplayBuffer(64, shape, spec.flat_dim, {}, obs_dtype=dtype, seed=0, num_streams=1,
+                          frame_stack=frame_stack(probe))
+    assert replay.obs.dtype == np.uint8 and replay.obs.shape == (64, 84, 84)
     collector = Collector(PONG, 1, 0, spec, shape, replay, None, {}, ObsNormalizer((), False),
                           RewardScaler(0.99, False), False)
+    seen = []  # the env's own stacked observations, in the order replay stores them
     try:
         collector.begin()
+        seen.append(collector.obs[0].copy())
         for step in range(8):
             collector.step(*collector.random_actions(), step)
+            seen.append(collector.obs[0].copy())
         assert collector.obs.dtype == np.uint8 and collector.obs_n.dtype == np.uint8
     finally:
         collector.close()
-    _, batch = replay.sample(4)
+    idx = np.arange(8)
+    batch = replay.gather(idx)
     assert batch["obs"].dtype == np.uint8 and batch["next_obs"].dtype == np.uint8
-    assert batch["obs"].shape == (4, 84, 84, 4)
+    assert batch["obs"].shape == (8, 84, 84, 4)
     assert batch["obs"].any()  # real frames, not the zeros replay starts with
+    np.testing.assert_array_equal(batch["obs"], np.stack(seen[:8]))
+    np.testing.assert_array_equal(batch["next_obs"], np.stack(seen[1:]))
 
 
 def test_normalize_obs_refused_for_frames():

@@ -4,6 +4,7 @@ stored-target checks."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
@@ -18,6 +19,8 @@ from _helpers import (
     run_cli,
     signal_when,
     start_cli,
+    tiny_run,
+    wait_for,
 )
 from toy_envs import RAISE_AT
 
@@ -171,3 +174,114 @@ def test_async_workers_exit_silently_when_the_run_is_killed(tmp_path):
     _, err = signal_when(lambda: (latest_step(tmp_path / "R") or 0) >= 400, p, signal.SIGKILL)
     assert p.returncode == -signal.SIGKILL
     assert err == "", err  # read to EOF: every worker (and helper process) has exited
+
+
+# ---------------------------------------------------------------------- item 4
+def test_a_run_directory_in_use_is_refused_and_a_dead_lock_does_not_block(tmp_path):
+    """A second ``train`` into a directory whose run is going but has no checkpoint yet wiped
+    the first run's files and both wrote into it; now it is refused with one line naming the
+    process, ``--resume`` too, and the lock of a killed run does not block the next one."""
+    first = start_cli(*DDPG, "--steps", "100000", "--run-dir", "R", cwd=tmp_path)
+    try:
+        wait_for(lambda: (tmp_path / "R" / "config.yaml").exists(), first)
+        first.send_signal(signal.SIGSTOP)  # going, holding the lock, no checkpoint yet
+        assert latest_step(tmp_path / "R") is None
+        for extra in ([], ["--resume"]):
+            p = run_cli(*DDPG, "--steps", "400", "--run-dir", "R", *extra, cwd=tmp_path)
+            assert f"pid {first.pid}" in assert_one_line_error(p, "in use by another")
+        assert (tmp_path / "R" / "config.yaml").exists()  # the first run's files are intact
+    finally:
+        first.kill()
+        first.communicate()
+    again = run_cli(*DDPG, "--steps", "400", "--eval-every", "400", "--run-dir", "R",
+                    cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "starting afresh" in again.stderr  # the killed run had no checkpoint
+
+
+def test_in_one_process_a_resume_takes_the_directory_over(tmp_path):
+    """A notebook resumes a run whose agent is still referenced: the newer run takes the
+    lock over and the older one refuses to write, so the two never interleave; another
+    process is still refused until the agent is closed."""
+    import offpolicy
+    from offpolicy.errors import OffpolicyError
+
+    kw = dict(env="Pendulum-v1", run_dir=tmp_path / "R", quiet=True, hidden=(32, 32),
+              batch_size=16, eval_every=200, eval_episodes=2)
+    agent = offpolicy.make("ddpg", **kw)
+    agent.learn(200)
+    resumed = offpolicy.make("ddpg", resume=True, **kw)
+    assert resumed.step == 200
+    with pytest.raises(OffpolicyError, match="taken over by a newer run"):
+        agent.learn(200)
+    other = run_cli(*DDPG, "--steps", "400", "--run-dir", "R", "--resume", cwd=tmp_path)
+    assert f"pid {os.getpid()}" in assert_one_line_error(other, "in use by another")
+    resumed.learn(200)
+    resumed.close()
+    again = run_cli(*DDPG, "--steps", "600", "--run-dir", "R", "--resume", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
+# ---------------------------------------------------------------------- item 8
+def test_a_negative_value_in_scientific_notation_is_a_value(tmp_path):
+    """``--vracer.lr -1e-3`` said "expected one argument" (argparse took it for a flag)."""
+    p = run_cli("train", "vracer", "--env", "Pendulum-v1", "--vracer.lr", "-1e-3",
+                "--run-dir", "X", cwd=tmp_path)
+    assert "--vracer.lr: must be > 0, got -0.001" in assert_one_line_error(p)
+
+
+def test_a_failed_config_write_leaves_no_run_directory(tmp_path, monkeypatch):
+    from offpolicy.errors import OffpolicyError
+    from offpolicy.training import run as run_module
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_module.checkpoint, "write_text_atomic", full_disk)
+    with pytest.raises(OffpolicyError, match="No space left"):
+        run_module.Run(tiny_run(), tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+# ---------------------------------------------------------------------- item 5
+def test_partial_and_malformed_csvs(tmp_path):
+    """A truncated last line or a non-numeric row in eval.csv made ``table`` and ``plot``
+    crash with a traceback, and ``--resume`` appended after the partial line (TypeError)."""
+    args = [*DDPG, "--steps", "600", "--eval-every", "200", "--run-dir", "R"]
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    eval_csv = tmp_path / "R" / "eval.csv"
+    whole = eval_csv.read_text()
+    eval_csv.write_text(whole[:-25])  # killed while writing its last row
+    for cmd in (["table", "R"], ["plot", "R", "--out", "c.png"]):
+        p = run_cli(*cmd, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert "skipped its incomplete last line 4" in p.stderr
+
+    resumed = run_cli(*DDPG, "--steps", "800", "--eval-every", "200", "--run-dir", "R",
+                      "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = read_csv(eval_csv)
+    assert [int(r["step"]) for r in rows] == [200, 400, 600, 800]
+    assert all(float(r["return_mean"]) < 0 for r in rows)
+
+    lines = eval_csv.read_text().splitlines()
+    lines[2] = "400,oops,1,1,2,0.5"
+    eval_csv.write_text("\n".join(lines) + "\n")
+    for cmd in (["table", "R"], ["plot", "R", "--out", "c.png"]):
+        assert "eval.csv, line 3: 'return_mean' is not a number" in assert_one_line_error(
+            run_cli(*cmd, cwd=tmp_path))
+    lines[2] = "four hundred,1,1,1,2,0.5"
+    eval_csv.write_text("\n".join(lines) + "\n")
+    p = run_cli(*DDPG, "--steps", "1000", "--run-dir", "R", "--resume", cwd=tmp_path)
+    line = assert_one_line_error(p, "eval.csv, line 3")
+    assert "not a number: 'four hundred'" in line
+
+
+def test_default_cadences_become_multiples_of_the_env_copies():
+    """Values nobody set are not refused: with 3 env copies the default evaluation and
+    checkpoint intervals (10 000) become 9999, and config.yaml records it."""
+    from offpolicy import registry
+
+    run = registry.resolve("ddpg", train_overrides={"num_envs": 3, "steps": 3000})
+    assert (run.train.eval_every, run.train.checkpoint_every) == (9999, 9999)
+    assert run.to_dict()["train"]["eval_every"] == 9999

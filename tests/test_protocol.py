@@ -138,7 +138,7 @@ def test_replay_write_rejects_unknown_fields():
 @pytest.mark.parametrize("num_envs, pipeline", [(1, True), (3, False), (3, True)])
 def test_num_envs_and_pipeline_keep_updates_per_env_step(num_envs, pipeline):
     run = tiny_run(steps=300, num_envs=num_envs, pipeline=pipeline, eval_every=300,
-                   log_every=100, checkpoint_every=10_000)
+                   log_every=100, checkpoint_every=9_999)
     r = Run(run, None)
     calls = []
     inner = r.learner._write_back

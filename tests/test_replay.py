@@ -622,3 +622,105 @@ def test_the_memory_check_counts_prioritized_replays_trees():
     # obs 12 + action 4 + reward 4 + 3 flags = 23 bytes; the overhead makes it 10^12
     with pytest.raises(OffpolicyError, match=r"\(1000000000000 bytes per step"):
         ReplayBuffer(1000, (3,), 1, overhead_per_step=10**12 - 23)
+
+
+# ---------------------------------------------------------------------- stacked frames
+class _FrameEnv:
+    """Episodes of random lengths (some shorter than the stack) whose 3x2 frames carry unique
+    values, stacked as make_env stacks Atari's: Gymnasium's FrameStackObservation (padded with
+    the reset frame) and FramesLast (channels last)."""
+
+    def __new__(cls, seed: int, frames: int = 4):
+        import gymnasium as gym
+
+        from offpolicy.envs.make import FramesLast
+
+        class Frames(gym.Env):
+            observation_space = gym.spaces.Box(0, 255, (3, 2), np.uint8)
+            action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self.t, self.length = 0, int(self.np_random.integers(1, 9))
+                self.value = int(self.np_random.integers(0, 200))
+                return self._frame(), {}
+
+            def _frame(self):
+                return np.full((3, 2), (self.value + 7 * self.t) % 256, np.uint8)
+
+            def step(self, action):
+                self.t += 1
+                end = self.t >= self.length
+                term = end and self.np_random.random() < 0.5
+                return self._frame(), 1.0, term, end and not term, {}
+
+        env = FramesLast(gym.wrappers.FrameStackObservation(Frames(), frames))
+        env.reset(seed=seed)
+        return env
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_stacked_frames_are_stored_once_and_rebuilt_exactly(streams):
+    """#34: replay stores each frame once and rebuilds the stack at sampling time: every
+    transition it keeps samples the env's own stacked observation and next observation, over
+    episode starts (padded with the episode's first frame) and ring wrap-around; transitions
+    whose stack lost a frame to the ring are gone, and only those."""
+    envs = [_FrameEnv(seed=10 + s) for s in range(streams)]
+    buf = ReplayBuffer(37 * streams, (3, 2, 4), 1, obs_dtype=np.uint8, seed=1,
+                       num_streams=streams, frame_stack=4)
+    truth = {}  # slot -> (obs, next_obs) of the transition stored there
+    obs = [e.reset(seed=100 + s)[0] for s, e in enumerate(envs)]
+    for s in range(streams):
+        buf.start_episode(obs[s], s)
+    rng = np.random.default_rng(0)
+    for step in range(400):
+        slot = buf.base + (buf.heads - 1) % buf.stream_capacity
+        out = [e.step(np.zeros(1, np.float32)) for e in envs]
+        nxt = np.stack([o[0] for o in out])
+        buf.add_batch(np.zeros((streams, 1)), np.ones(streams), np.array([o[2] for o in out]),
+                      np.array([o[3] for o in out]), nxt)
+        for s in range(streams):
+            truth[int(slot[s])] = (obs[s], nxt[s])
+            obs[s] = nxt[s]
+            if out[s][2] or out[s][3]:
+                obs[s] = envs[s].reset(seed=int(rng.integers(1 << 30)))[0]
+                buf.start_episode(obs[s], s)
+        valid = np.flatnonzero(buf.valid)
+        batch = buf.gather(valid)
+        want = np.stack([truth[int(i)][0] for i in valid])
+        np.testing.assert_array_equal(batch["obs"], want)
+        np.testing.assert_array_equal(batch["next_obs"], np.stack([truth[int(i)][1]
+                                                                   for i in valid]))
+        if step > 100:  # after wrapping: at most 3 transitions per ring lost to it
+            assert len(buf) >= buf.capacity - streams * (3 + buf.capacity // streams // 2)
+    # windows (sequences, on-policy segments) rebuild their observations the same way
+    idx, seq = buf.sample_sequences(16, 3)
+    for t in range(3):
+        for b in range(16):
+            if seq["mask"][t, b]:
+                np.testing.assert_array_equal(seq["obs"][t, b], truth[int(idx[t, b])][0])
+                np.testing.assert_array_equal(seq["obs"][t + 1, b], truth[int(idx[t, b])][1])
+
+
+def test_stacked_frames_take_a_quarter_of_the_memory_and_survive_save(tmp_path):
+    whole = ReplayBuffer(1000, (84, 84, 4), 1, obs_dtype=np.uint8)
+    once = ReplayBuffer(1000, (84, 84, 4), 1, obs_dtype=np.uint8, frame_stack=4)
+    assert once.bytes_per_step / whole.bytes_per_step == pytest.approx(0.25, abs=0.01)
+    assert once.obs.nbytes == whole.obs.nbytes // 4
+    env = _FrameEnv(seed=3)
+    small = ReplayBuffer(40, (3, 2, 4), 1, obs_dtype=np.uint8, frame_stack=4, seed=2)
+    o = env.reset(seed=0)[0]
+    small.start_episode(o)
+    for _ in range(60):
+        o, r, term, trunc, _ = env.step(np.zeros(1, np.float32))
+        small.add([0.0], r, term, trunc, o)
+        if term or trunc:
+            small.start_episode(env.reset()[0])
+    small.save(tmp_path / "r.npz")
+    back = ReplayBuffer(40, (3, 2, 4), 1, obs_dtype=np.uint8, frame_stack=4, seed=2)
+    back.load(tmp_path / "r.npz")
+    idx = np.flatnonzero(small.valid)
+    np.testing.assert_array_equal(back.gather(idx)["obs"], small.gather(idx)["obs"])
+    ReplayBuffer(40, (3, 2, 4), 1, obs_dtype=np.uint8).save(tmp_path / "whole.npz")
+    with pytest.raises(OffpolicyError, match="stores whole observations; this run stores its 4"):
+        back.load(tmp_path / "whole.npz")  # the layout before #34: one line, no resume

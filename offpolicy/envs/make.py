@@ -102,6 +102,7 @@ class FramesLast(gym.ObservationWrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         n, h, w = env.observation_space.shape
+        self.frames = n
         self.observation_space = gym.spaces.Box(0, 255, (h, w, n), np.uint8)
 
     def observation(self, obs: np.ndarray) -> np.ndarray:
@@ -220,6 +221,13 @@ def action_spec(env: gym.Env, discretize: int = 0) -> ActionSpec:
     """The env's action spec; ``discretize`` K >= 2 turns every continuous dimension into K
     levels (:meth:`ActionSpec.discretized`: the env itself is left as it is)."""
     return ActionSpec.from_gym(env.action_space).discretized(discretize)
+
+
+def frame_stack(env: gym.Env) -> int:
+    """F when the env's observations are its last F frames stacked on the last axis (the
+    Atari preprocessing of :func:`make_env`), which replay stores one frame per step; else 0
+    (any other image, e.g. an RGB frame, is stored whole)."""
+    return env.frames if isinstance(env, FramesLast) else 0
 
 
 def observation_shape(env: gym.Env) -> tuple[int, ...]:

@@ -15,6 +15,14 @@ Memory per transition is the raw bytes of (obs, action, reward, terminated, trun
 validity byte, times (L + 1) / L for the extra final-observation slot: within 1.1x of raw for
 episodes of 20 steps or more (asserted in tests/test_replay.py).
 
+Stacked frames (``frame_stack`` F > 0: Atari's [84, 84, 4] observations, the last F frames,
+channels last) are stored one frame per slot, the newest, as the DQN replay does: a slot also
+records how many earlier slots of its episode hold the frames before it (``frame_back``, at
+most F - 1), and a sampled observation is rebuilt from them, padded with the episode's first
+frame at its start (as the env's own stack is after a reset), never reaching into another
+episode. About 1/F of the memory of whole stacks. Overwriting a slot invalidates the (at most
+F - 1) transitions just after it whose stacks still reach back to it.
+
 Sampling (in NumPy, with a seeded Generator whose state travels in checkpoints) returns the
 sampled step indices with the batch, so an update's per-step results can be written back
 (:meth:`ReplayBuffer.write`):
@@ -41,6 +49,8 @@ from offpolicy.errors import OffpolicyError
 
 _CORE = ("obs", "action", "reward", "terminated", "truncated", "valid")
 RESERVED = _CORE + ("next_obs", "discount", "mask")
+# 1: whole observations per slot; 2: with frame_stack, one frame per slot and frame_back
+REPLAY_FORMAT = 2
 
 
 def _read_int(path: Path) -> int | None:
@@ -132,12 +142,13 @@ def _meminfo(cgroup_root: Path = Path("/sys/fs/cgroup"),
     return info
 
 
-def check_memory(capacity: int, per_step: int, meminfo: dict[str, int] | None = None) -> None:
+def check_memory(capacity: int, per_step: int, meminfo: dict[str, int] | None = None) -> int:
     """Refuse a replay that cannot fit in the memory this process may use once full (the
     arrays are mapped lazily, so without this a run would die hours in, when replay fills
     up), and warn when it would not fit in the memory available now. ``per_step``: bytes per
     stored step of the arrays that stay allocated (the caller adds prioritized replay's);
-    temporaries, e.g. of a prioritized re-sort, are not counted."""
+    temporaries, e.g. of a prioritized re-sort, are not counted. Returns the bytes a full
+    replay needs."""
     info = _meminfo() if meminfo is None else meminfo
     need = capacity * per_step
     total, avail = info.get("MemTotal"), info.get("MemAvailable")
@@ -154,6 +165,7 @@ def check_memory(capacity: int, per_step: int, meminfo: dict[str, int] | None = 
 
         warnings.warn(f"a full replay of {capacity} steps will need {need / gb:.1f} GiB; "
                       f"{avail / gb:.1f} GiB of memory is available now", stacklevel=3)
+    return need
 
 
 class ReplayBuffer:
@@ -169,6 +181,7 @@ class ReplayBuffer:
         counted: tuple[str, ...] = (),
         forget_whole_episodes: bool = False,
         overhead_per_step: int = 0,
+        frame_stack: int = 0,
     ):
         """``extras``: per-step fields ``{name: (shape, dtype)}`` or ``(shape, dtype,
         initial)``; ``initial`` fills a new step (write-back fields start there).
@@ -179,7 +192,9 @@ class ReplayBuffer:
         episodes are removed first in, first out, so stored returns never refer to a step
         that is gone); otherwise steps leave one at a time. ``overhead_per_step``: bytes per
         step that other structures following this buffer allocate (prioritized replay's
-        trees), counted in the memory check."""
+        trees), counted in the memory check. ``frame_stack`` F > 0: observations are the last
+        F frames stacked on the last axis (``obs_shape`` [..., F]), stored one frame per slot
+        (module docstring)."""
         if num_streams < 1:
             raise OffpolicyError(f"replay needs at least one stream, got {num_streams}")
         if capacity // num_streams < 2:
@@ -198,14 +213,25 @@ class ReplayBuffer:
             self.extra_specs[name] = (tuple(spec[0]), np.dtype(spec[1]))
             if len(spec) > 2:
                 self.extra_initial[name] = spec[2]
+        self.frame_stack = int(frame_stack)
+        if self.frame_stack and (len(self.obs_shape) < 2
+                                 or self.obs_shape[-1] != self.frame_stack):
+            raise OffpolicyError(f"frame_stack {frame_stack} needs observations [..., "
+                                 f"{frame_stack}] (frames on the last axis), got "
+                                 f"{list(self.obs_shape)}")
+        # what one slot stores of an observation: all of it, or its newest frame
+        self._slot_shape = self.obs_shape[:-1] if self.frame_stack else self.obs_shape
         c = self.capacity
-        per_step = (int(np.prod(self.obs_shape)) * np.dtype(obs_dtype).itemsize
+        per_step = (self.bytes_per_observation(self.obs_shape, obs_dtype, self.frame_stack)
                     + 4 * self.action_dim + 4 + 3
                     + sum(int(np.prod(sh)) * dt.itemsize for sh, dt in self.extra_specs.values())
                     + int(overhead_per_step))
-        check_memory(c, per_step)
+        self.bytes_per_step = per_step  # what the memory check counts per stored step
+        self.full_bytes = check_memory(c, per_step)
         # np.zeros maps untouched pages lazily: a 1e6 buffer costs memory only as it fills.
-        self.obs = np.zeros((c, *self.obs_shape), obs_dtype)
+        self.obs = np.zeros((c, *self._slot_shape), obs_dtype)
+        # frames: how many earlier slots of the episode hold this slot's earlier frames
+        self.frame_back = np.zeros((c,) if self.frame_stack else (0,), np.uint8)
         self.action = np.zeros((c, self.action_dim), np.float32)
         self.reward = np.zeros((c,), np.float32)
         self.terminated = np.zeros((c,), bool)
@@ -250,12 +276,16 @@ class ReplayBuffer:
         return bool(self.opens.all())
 
     # ------------------------------------------------------------------ writing
-    def _write_obs(self, stream: int, obs: np.ndarray) -> int:
+    def _write_obs(self, stream: int, obs: np.ndarray, first: bool) -> int:
         h = int(self.base[stream] + self.heads[stream])
         self._overwrite_start(stream, h)
         if self.valid[h]:
             self._invalidate(np.array([h]))
-        self.obs[h] = obs
+        if self.frame_stack:
+            self._frames_overwritten(np.array([h]))
+            self._store_obs(np.array([h]), np.asarray(obs)[None], first)
+        else:  # the per-step path of one env copy: a plain store
+            self.obs[h] = obs
         self.heads[stream] = (self.heads[stream] + 1) % self.stream_capacity
         self.sizes[stream] = min(self.sizes[stream] + 1, self.stream_capacity)
         return h
@@ -302,6 +332,49 @@ class ReplayBuffer:
         """Running sum of a counted field over the valid transitions."""
         return self._counts[name]
 
+    @staticmethod
+    def bytes_per_observation(obs_shape: tuple[int, ...], obs_dtype, frame_stack: int = 0
+                              ) -> int:
+        """Replay bytes per stored observation: all of it, or one frame and its frame_back
+        byte with ``frame_stack``."""
+        shape = tuple(obs_shape)[:-1] if frame_stack else tuple(obs_shape)
+        return int(np.prod(shape)) * np.dtype(obs_dtype).itemsize + (1 if frame_stack else 0)
+
+    def observations(self, slots: np.ndarray) -> np.ndarray:
+        """The observations stored at ``slots`` (any shape) -> [*slots.shape, *obs_shape];
+        stacked frames are rebuilt from their slots (module docstring)."""
+        slots = np.asarray(slots, np.int64)
+        if not self.frame_stack:
+            return self.obs[slots]
+        f = self.frame_stack
+        back = np.minimum(np.arange(f - 1, -1, -1),  # channel k is F-1-k frames back
+                          self.frame_back[slots][..., None].astype(np.int64))
+        frames = self.obs[self._offset(slots[..., None], -back)]  # [..., F, *frame]
+        return np.ascontiguousarray(np.moveaxis(frames, slots.ndim, -1))
+
+    def _store_obs(self, h: np.ndarray, obs: np.ndarray, first: bool) -> None:
+        """Write observations ``obs`` [n, *obs_shape] at slots ``h`` [n]; ``first``: they
+        start episodes (else each continues the episode of the slot before it)."""
+        if not self.frame_stack:
+            self.obs[h] = obs
+            return
+        self.obs[h] = obs[..., -1]
+        if first:
+            self.frame_back[h] = 0
+        else:
+            prev = self._offset(h, -1)
+            self.frame_back[h] = np.minimum(self.frame_back[prev] + 1, self.frame_stack - 1)
+
+    def _frames_overwritten(self, h: np.ndarray) -> None:
+        """Slots ``h`` are about to be overwritten: the transitions just after them whose
+        stacked observations reach back to them lose a frame."""
+        if self.frame_stack < 2:
+            return
+        d = np.arange(1, self.frame_stack)
+        later = self._offset(np.asarray(h, np.int64)[:, None], d[None, :])  # [n, F-1]
+        broken = later[(self.frame_back[later] >= d[None, :]) & self.valid[later]]
+        self._invalidate(np.unique(broken))
+
     def take_closed_episodes(self) -> list[tuple[int, int]]:
         """(first slot, last slot) of every episode finished since the previous call (whose
         first slot is still in the buffer)."""
@@ -311,7 +384,7 @@ class ReplayBuffer:
     def next_observations(self, idx: np.ndarray) -> np.ndarray:
         """The next observation of each transition ``idx`` [B] (an episode's last one: the
         observation it ended in)."""
-        return self.obs[self._next(np.asarray(idx, np.int64).copy())]
+        return self.observations(self._next(np.asarray(idx, np.int64).copy()))
 
     def episode_first_slots(self, idx: np.ndarray) -> np.ndarray:
         """The first slot of the episode of each valid transition ``idx`` (any shape)."""
@@ -344,7 +417,7 @@ class ReplayBuffer:
 
     def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
         """Store the first observation of an episode in ring ``stream``."""
-        self._starts[stream].append(self._write_obs(stream, obs))
+        self._starts[stream].append(self._write_obs(stream, obs, first=True))
         self.opens[stream] = True
 
     def add(self, action, reward, terminated, truncated, next_obs, stream: int = 0,
@@ -355,7 +428,7 @@ class ReplayBuffer:
             raise OffpolicyError("ReplayBuffer.add() before start_episode()")
         p = int(self.base[stream] + (self.heads[stream] - 1) % self.stream_capacity)
         self._write_step(p, action, reward, terminated, truncated, extras)
-        self._write_obs(stream, next_obs)
+        self._write_obs(stream, next_obs, first=False)
         self.valid[p] = True  # after the write: next_obs now sits at next(p)
         self.num_valid += 1
         self._added(np.array([p]))
@@ -385,7 +458,8 @@ class ReplayBuffer:
         for s in range(self.num_streams):
             self._overwrite_start(s, int(h[s]))
         self._invalidate(h[self.valid[h]])
-        self.obs[h] = next_obs
+        self._frames_overwritten(h)
+        self._store_obs(h, np.asarray(next_obs), first=False)
         self.heads = (self.heads + 1) % sc
         np.minimum(self.sizes + 1, sc, out=self.sizes)
         self.valid[p] = True
@@ -425,7 +499,7 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         arrays = [getattr(self, k) for k in _CORE] + list(self.extras.values())
-        return int(sum(a.nbytes for a in arrays))
+        return int(sum(a.nbytes for a in arrays)) + self.frame_back.nbytes
 
     # ------------------------------------------------------------------ indices
     def _next(self, idx: np.ndarray) -> np.ndarray:
@@ -476,10 +550,10 @@ class ReplayBuffer:
         """The transitions at step indices ``idx`` [B] (as :meth:`sample` returns them)."""
         term = self.terminated[idx]
         batch = {
-            "obs": self.obs[idx],
+            "obs": self.observations(idx),
             "action": self.action[idx],
             "reward": self.reward[idx],
-            "next_obs": self.obs[self._next(idx)],
+            "next_obs": self.observations(self._next(np.asarray(idx).copy())),
             "discount": (~term).astype(np.float32),
         }
         for k, a in self.extras.items():
@@ -569,13 +643,12 @@ class ReplayBuffer:
         obs_slots = np.empty((length + 1, batch_size), np.int64)
         obs_slots[0] = steps[0]
         obs_slots[1:] = self._next(steps.copy())
-        out["obs"] = self.obs[obs_slots]
+        out["obs"] = self.observations(obs_slots)
         return steps, out
 
     def _gather_steps(self, steps: np.ndarray, ok: np.ndarray) -> dict[str, np.ndarray]:
         term = self.terminated[steps]
         out = {
-            "obs": self.obs[steps],
             "action": self.action[steps],
             "reward": self.reward[steps],
             "terminated": term,
@@ -601,7 +674,10 @@ class ReplayBuffer:
                   for k in _CORE}
         arrays.update({f"extra.{k}": v[:self.size] if single else v[slots]
                        for k, v in self.extras.items()})
+        if self.frame_stack:
+            arrays["frame_back"] = self.frame_back[slots]
         meta = {
+            "format": REPLAY_FORMAT, "frame_stack": self.frame_stack,
             "capacity": self.capacity, "num_streams": self.num_streams,
             "head": self.head, "size": self.size,
             "heads": self.heads.tolist(), "sizes": self.sizes.tolist(),
@@ -639,6 +715,17 @@ class ReplayBuffer:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(bytes(z["meta"]).decode())
                 streams = meta.get("num_streams", 1)
+                saved_frames = meta.get("frame_stack", 0)
+                if saved_frames != self.frame_stack:
+                    def layout(f):
+                        return (f"its {f} stacked frames once per step" if f
+                                else "whole observations")
+
+                    raise OffpolicyError(
+                        f"replay in {path} (format {meta.get('format', 1)}) stores "
+                        f"{layout(saved_frames)}; this run stores {layout(self.frame_stack)} "
+                        f"(format {REPLAY_FORMAT}) and cannot continue from it: start the run "
+                        "afresh, or resume it with the offpolicy release that wrote it")
                 if (meta["capacity"] != self.capacity or streams != self.num_streams
                         or tuple(meta["obs_shape"]) != self.obs_shape
                         or meta["action_dim"] != self.action_dim
@@ -659,6 +746,8 @@ class ReplayBuffer:
                 self.valid[:] = False  # slots beyond the saved ones hold nothing
                 for k in _CORE:
                     getattr(self, k)[slots] = z[k]
+                if self.frame_stack:
+                    self.frame_back[slots] = z["frame_back"]
                 for k in self.extras:
                     # a field the file predates (an agent that stores more since): its
                     # initial value, or zeros

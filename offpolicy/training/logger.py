@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from offpolicy.errors import OffpolicyError
+from offpolicy.plotting import parse_csv
 
 EVAL_COLUMNS = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
 
@@ -34,18 +35,29 @@ def _writing(what: Path | str):
 
 
 def _truncate_csv(path: Path, max_step: int) -> None:
-    """Drop rows logged after ``max_step`` (a resumed run re-logs them). The file is replaced
-    atomically, so a failed write (a full disk) leaves it as it was."""
+    """Drop rows logged after ``max_step`` (a resumed run re-logs them) and an incomplete last
+    line (a run killed while writing it), so that appending starts on a line of its own. The
+    file is replaced atomically, so a failed write (a full disk) leaves it as it was; a row
+    that is not a run's (no numeric step) is a one-line error naming the file and the line."""
     if not path.exists():
         return
+    header, rows, incomplete = parse_csv(path)
+    if incomplete:
+        rows = rows[:-1]
+    keep = [header] if header else []
+    for n, r in enumerate(rows, start=2):
+        if not r:
+            continue
+        try:
+            step = int(float(r[0]))
+        except ValueError:
+            raise OffpolicyError(f"{path}, line {n}: the step is not a number: "
+                                 f"{r[0][:40]!r}; fix or remove the line to resume") from None
+        if step <= max_step:
+            keep.append(r)
+    if len(keep) == len(rows) + 1 and not incomplete:
+        return
     with _writing(path):
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-        if not rows:
-            return
-        keep = [rows[0]] + [r for r in rows[1:] if r and int(float(r[0])) <= max_step]
-        if len(keep) == len(rows):
-            return
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             with open(tmp, "w", newline="") as f:

@@ -46,6 +46,7 @@ from offpolicy.agents.acting import HostPolicy
 from offpolicy.agents.base import check_agent
 from offpolicy.envs.make import (
     action_spec,
+    frame_stack,
     is_image_space,
     make_env,
     observation_dtype,
@@ -62,9 +63,11 @@ from offpolicy.training import checkpoint
 from offpolicy.training.collector import Collector
 from offpolicy.training.evaluation import EVAL_SEED_OFFSET, Evaluator
 from offpolicy.training.learner import Learner
+from offpolicy.training.lock import LOCK_FILE, RunDirLock
 from offpolicy.training.logger import RunLogger, Stopwatch, eval_row
 
 FIRST_CHECKPOINT = 1_000  # the first checkpoint comes early, so --resume has one soon
+REPORT_REPLAY_BYTES = 2**30  # a replay that can grow past this says how big, at the start
 RUN_FILES = ("config.yaml", "eval.csv", "train.csv", "tb", "checkpoints", "curve.png")
 
 
@@ -95,6 +98,7 @@ class Run:
         self.obs_shape = observation_shape(probe)
         self.obs_dtype = observation_dtype(probe)  # uint8 frames stay uint8 in replay
         image = is_image_space(probe.observation_space)
+        frames = frame_stack(probe)  # stacked Atari frames: replay keeps one per step
         probe_steps = getattr(probe.spec, "max_episode_steps", None)
         probe.close()
         if image and tc.normalize_obs:
@@ -112,7 +116,14 @@ class Run:
             counted=(FAR,) if FAR in self.agent.writeback_fields else (),
             forget_whole_episodes=tc.replay != "er" or stored is not None,
             overhead_per_step=(RankPrioritized.bytes_per_step(tc.buffer_size)
-                               if with_replay and tc.replay == "per" else 0))
+                               if with_replay and tc.replay == "per" else 0),
+            frame_stack=frames)
+        if with_replay and self.replay.full_bytes >= REPORT_REPLAY_BYTES:
+            print(f"offpolicy: replay of {self.replay.capacity} steps takes up to "
+                  f"{self.replay.full_bytes / 2**30:.1f} GiB when full "
+                  f"({self.replay.bytes_per_step} bytes per step"
+                  + (f"; {frames} stacked frames stored once each" if frames else "") + ")",
+                  file=sys.stderr)
         # App. B statistics come from replay (set by the learner), not from running updates.
         # Frames are never normalised (the network scales them; per-pixel statistics would
         # cost 28k floats in every checkpoint): --replay-statistics then scales rewards only.
@@ -144,9 +155,11 @@ class Run:
         self._best_kept: tuple[str, ...] = ()  # the best checkpoint as of the latest one
         self._evaluator: Evaluator | None = None
         self._saved_collector: dict | None = None
+        self._dir_lock: RunDirLock | None = None
         if resume:
             if self.run_dir is None:
                 raise OffpolicyError("--resume needs a run directory")
+            self._lock_dir()
             if checkpoint.has_checkpoint(self.run_dir):
                 self.restore(checkpoint.locate(self.run_dir, "latest"))
                 if self.step > tc.steps:
@@ -162,7 +175,11 @@ class Run:
                 self._write_config()
         elif self.run_dir is not None:
             self._claim_dir()
-            self._write_config()
+            try:
+                self._write_config()
+            except OffpolicyError:  # e.g. a full disk: leave no empty run directory behind
+                self._cleanup_failed()
+                raise
 
     def _check_stored_returns(self, num_envs: int, max_steps: int | None) -> None:
         """Stored return targets (V-RACER) need whole episodes in each env copy's ring and
@@ -198,21 +215,39 @@ class Run:
                                  f"{longest})")
 
     # ------------------------------------------------------------------ run directory
+    def _lock_dir(self) -> None:
+        """Hold the run directory's lock for the whole run (released by :meth:`close`, or by
+        the kernel when the process ends): a second run into it is refused, not interleaved."""
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OffpolicyError(f"cannot use run directory {self.run_dir}: {e}") from e
+        self._dir_lock = RunDirLock(self.run_dir)
+
     def _claim_dir(self) -> None:
         d = self.run_dir
+
+        def refuse_unless_ours():
+            names = {c.name for c in d.iterdir()} - {LOCK_FILE} if d.is_dir() else set()
+            if names and not (names <= set(RUN_FILES) and not checkpoint.has_checkpoint(d)):
+                raise OffpolicyError(
+                    f"run directory {d} already exists and is not empty; pass --resume "
+                    "to continue it or choose another --run-dir")
+            return names
+
         try:
+            refuse_unless_ours()  # someone else's files: no lock file is left among them
             self._created_dir = not d.exists()
-            if not self._created_dir and any(d.iterdir()):
-                names = {c.name for c in d.iterdir()}
-                if names <= set(RUN_FILES) and not checkpoint.has_checkpoint(d):
-                    print(f"offpolicy: {d} holds a run that stopped before its first "
-                          "checkpoint; starting afresh there", file=sys.stderr)
-                    self._clear_run_files()
-                else:
-                    raise OffpolicyError(
-                        f"run directory {d} already exists and is not empty; pass --resume "
-                        "to continue it or choose another --run-dir")
-            d.mkdir(parents=True, exist_ok=True)
+            self._lock_dir()  # a live run there may have no checkpoint yet: it holds the lock
+            try:
+                stopped = refuse_unless_ours()
+            except OffpolicyError:
+                self._dir_lock.release()
+                raise
+            if stopped:
+                print(f"offpolicy: {d} holds a run that stopped before its first checkpoint; "
+                      "starting afresh there", file=sys.stderr)
+                self._clear_run_files()
         except OSError as e:
             raise OffpolicyError(f"cannot use run directory {d}: {e}") from e
         self._owns_dir = True
@@ -289,6 +324,8 @@ class Run:
     def save_checkpoint(self, kind: str = "latest") -> Path | None:
         if self.run_dir is None:
             return None
+        if self._dir_lock is not None:
+            self._dir_lock.check()
         root = self.run_dir / "checkpoints"
         replay = self.replay if (kind == "latest" and self.train_cfg.save_replay) else None
         # a best save keeps the best as of the latest checkpoint, which a resume rewinds to
@@ -344,7 +381,7 @@ class Run:
         the best return is the best evaluation that eval.csv keeps (rows up to the step)."""
         kept = checkpoint.rewind_best(self.run_dir / "checkpoints", self.step)
         self._best_kept = (kept,) if kept else ()
-        rows = [r for r in read_eval_csv(self.run_dir / "eval.csv")
+        rows = [r for r in read_eval_csv(self.run_dir / "eval.csv", quiet=True)
                 if r["step"] <= self.step and math.isfinite(r["return_mean"])]
         if rows:
             self.best_return = max(r["return_mean"] for r in rows)
@@ -374,6 +411,8 @@ class Run:
         ``final_eval`` is False or that step was just evaluated). Returns a summary with
         ``status`` 'completed' or 'interrupted' and the ``signal`` that stopped it."""
         tc = self.train_cfg
+        if self._dir_lock is not None:
+            self._dir_lock.check()
         total = until if until is not None else tc.steps
         if total > tc.steps:  # Agent.learn past the planned budget: config.yaml says so
             tc.steps = total
@@ -549,6 +588,8 @@ class Run:
         """A run that failed before its first checkpoint leaves no files behind (a directory
         the user created empty stays, empty)."""
         if self.run_dir is not None and self._owns_dir and not self._ckpt_written:
+            if self._dir_lock is not None:
+                self._dir_lock.release()
             if not self.run_dir.exists():
                 return
             for child in self.run_dir.iterdir():
@@ -560,10 +601,13 @@ class Run:
                 self.run_dir.rmdir()
 
     def close(self) -> None:
+        """Close the envs and release the run directory."""
         if self._collector is not None:
             self._collector.close()
         if self._evaluator is not None:
             self._evaluator.close()
+        if self._dir_lock is not None:
+            self._dir_lock.release()
 
     # ------------------------------------------------------------------ signals
     def _install_signals(self):

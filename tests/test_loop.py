@@ -192,7 +192,7 @@ def test_resume_after_sigkill(tmp_path):
     assert t.replay.rng.bit_generator.state == saved.rng.bit_generator.state
     assert t.collector.rng.bit_generator.state == meta["collector"]["rng"]
     assert t.collector.noise.state_dict() == meta["collector"]["noise"]
-    del t
+    t.close()  # releases the run directory's lock for the CLI's resume below
     assert sorted(p.name for p in run_dir.rglob("*")) == listing  # constructing wrote nothing
 
     proc = run_cli(*TRAIN_3000, "--run-dir", "D", "--resume", cwd=tmp_path)

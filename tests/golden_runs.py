@@ -1,0 +1,168 @@
+"""Golden runs: short fixed-seed runs of every family whose eval.csv and train.csv (without the
+wall-clock columns) are committed under ``tests/golden/`` and must reproduce exactly.
+
+They were recorded before the runtime was restructured (issue #37) and prove that it changed
+no algorithm's behaviour. Re-record only for a change that is meant to change behaviour, and
+say so in its commit:
+
+    python tests/golden_runs.py            # every run
+    python tests/golden_runs.py ddpg ace   # some
+
+XLA:CPU's results depend on the CPU's instruction set and on the library versions, so the
+files carry the fingerprint of the machine that wrote them (``fingerprint.json``); on another
+one the test compares structure only and says why.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE / "golden"
+CLOCK_COLUMNS = {"wall_time", "steps_per_s"}  # differ from run to run by nature
+
+_COMMON = ["--seed", "0", "--quiet", "--eval-every", "500", "--eval-episodes", "2",
+           "--log-every", "100"]
+_DDPG = ["ddpg", "--env", "Pendulum-v1", "--steps", "1000", "--ddpg.hidden", "32", "32",
+         "--batch-size", "16"]
+_ACE = ["--ace.num-actors", "3", "--ace.encoder-size", "16", "--ace.hidden", "16"]
+_AQL = ["--preset", "small", "--aql.unroll-length", "8", "--batch-size", "4"]
+
+# name -> the `offpolicy train` arguments (the run directory is added)
+RUNS: dict[str, list[str]] = {
+    "ddpg": _DDPG,
+    "ddpg-refer": [*_DDPG, "--replay", "refer"],
+    "ddpg-per": [*_DDPG, "--replay", "per"],
+    "ddpg-envs2": [*_DDPG, "--num-envs", "2"],
+    "ddpg-pipeline": [*_DDPG, "--pipeline"],
+    "ace": ["ace", "--env", "Pendulum-v1", "--steps", "1000", "--batch-size", "16", *_ACE],
+    "naf": ["naf", "--env", "Pendulum-v1", "--steps", "1000", "--naf.hidden", "32", "32",
+            "--batch-size", "32"],
+    "vracer": ["vracer", "--env", "InvertedPendulum-v5", "--steps", "1500", "--vracer.hidden",
+               "32", "32", "--batch-size", "32", "--buffer-size", "4000"],
+    "acer-cartpole": ["acer", "--env", "CartPole-v1", "--steps", "1000", "--acer.hidden",
+                      "32", "32"],
+    "acer-pendulum": ["acer", "--env", "Pendulum-v1", "--steps", "1000", "--acer.hidden",
+                      "32", "32"],
+    "aql-cartpole": ["aql", "--env", "CartPole-v1", "--steps", "1000", *_AQL],
+    "aql-platform": ["aql", "--env", "offpolicy/Platform-v0", "--steps", "1000", *_AQL],
+}
+# killed with SIGKILL once its checkpoint of step KILL_AT is written, then resumed to the end
+RESUMED = {"ddpg-killed-resumed": ([*_DDPG, "--checkpoint-every", "400"], 400)}
+
+
+def fingerprint() -> dict:
+    """What XLA:CPU's and the envs' numbers depend on."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                break
+    except OSError:
+        pass
+    libs = ("jax", "jaxlib", "flax", "optax", "numpy", "gymnasium", "mujoco")
+    return {"machine": platform.machine(), "python": platform.python_version(),
+            "cpu_flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16],
+            **{lib: version(lib) for lib in libs}}
+
+
+def _cli(args: list[str], cwd: Path, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "offpolicy", "train", *args], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _latest(run_dir: Path) -> int | None:
+    try:
+        return int((run_dir / "checkpoints" / "latest").read_text().strip().rsplit("-", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def produce(name: str, work: Path, env: dict) -> Path:
+    """Run ``name`` into ``work/name`` with the CLI; return its run directory."""
+    run_dir = work / name
+    if name in RUNS:
+        p = _cli([*RUNS[name], *_COMMON, "--run-dir", str(run_dir)], work, env)
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"golden run {name} failed:\n{err}")
+        return run_dir
+    args, kill_at = RESUMED[name]
+    for _ in range(5):  # a kill must land between the checkpoint of KILL_AT and the next one
+        shutil.rmtree(run_dir, ignore_errors=True)
+        p = _cli([*args, *_COMMON, "--run-dir", str(run_dir)], work, env)
+        while p.poll() is None and (_latest(run_dir) or 0) < kill_at:
+            time.sleep(0.01)
+        p.send_signal(signal.SIGSTOP)
+        reached = _latest(run_dir)
+        p.kill()
+        p.communicate()
+        if reached == kill_at:
+            break
+    else:
+        raise RuntimeError(f"could not kill {name} between its checkpoints")
+    p = _cli([*args, *_COMMON, "--run-dir", str(run_dir), "--resume"], work, env)
+    out, err = p.communicate(timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"golden run {name} failed on resume:\n{err}")
+    return run_dir
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A run's CSV without the wall-clock columns, values as written (exact)."""
+    with open(path, newline="") as f:
+        return [{k: v for k, v in row.items() if k not in CLOCK_COLUMNS}
+                for row in csv.DictReader(f)]
+
+
+def write_rows(path: Path, rows: list[dict[str, str]]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+NAMES = [*RUNS, *RESUMED]
+
+
+def cli_env_for_golden() -> dict:
+    """The CLI's environment: the tests' JAX cache (see _helpers), default XLA flags."""
+    from _helpers import cli_env
+
+    return cli_env()
+
+
+def record(names: list[str]) -> None:
+    sys.path.insert(0, str(HERE))
+    env = cli_env_for_golden()
+    GOLDEN.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            t0 = time.time()
+            run_dir = produce(name, Path(tmp), env)
+            out = GOLDEN / name
+            out.mkdir(exist_ok=True)
+            for f in ("eval.csv", "train.csv"):
+                write_rows(out / f, read_rows(run_dir / f))
+            print(f"{name}: {time.time() - t0:.1f} s", flush=True)
+    (GOLDEN / "fingerprint.json").write_text(json.dumps(fingerprint(), indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    wanted = sys.argv[1:] or NAMES
+    unknown = set(wanted) - set(NAMES)
+    if unknown:
+        sys.exit(f"unknown golden runs: {', '.join(sorted(unknown))} (valid: {', '.join(NAMES)})")
+    record(wanted)

@@ -143,14 +143,14 @@ def measure(name: str, rounds: int, reps: int) -> dict:
 
     from offpolicy import registry
     from offpolicy.training.bench import matmul_gflops, update_flops
-    from offpolicy.training.run import Run
+    from offpolicy.training.build import build
 
     algo, over = CONFIGS[name]
     run = registry.resolve(algo, train_overrides={"env": "HalfCheetah-v5", "quiet": True},
                            agent_overrides=over)
-    t = Run(run, None)
-    batch = t.replay.gather(np.zeros(run.train.batch_size, np.int64))
-    jaxpr = jax.make_jaxpr(t.agent.update)(t.state, batch, jax.random.PRNGKey(0))
+    t = build(run)  # the parts: no run needed to trace and time the update
+    batch = t.learner.example_batch()[1]
+    jaxpr = jax.make_jaxpr(t.agent.update)(t.learner.state, batch, jax.random.PRNGKey(0))
     dots = dot_generals(jaxpr.jaxpr)
     # identical shapes are timed once and counted as often as they occur
     shapes: dict[tuple, int] = {}
@@ -166,7 +166,7 @@ def measure(name: str, rounds: int, reps: int) -> dict:
     for rnd in range(1, rounds + 1):
         tx = sum(n * time_xla(lhs, rhs, dn, reps, 5) for (lhs, rhs, dn), n in shapes.items())
         tn = sum(n * time_numpy(lhs, rhs, dn, reps, 5) for (lhs, rhs, dn), n in shapes.items())
-        tu = time_update(update, t.state, batch, update_reps)
+        tu = time_update(update, t.learner.state, batch, update_reps)
         peaks.append(matmul_gflops())
         peak = peaks[-1] * 1e9
         rows.append({"round": rnd, "config": name, "dots": len(dots),

@@ -19,6 +19,7 @@ from offpolicy import registry
 from offpolicy.errors import OffpolicyError
 from offpolicy.training import checkpoint
 from offpolicy.training.run import Run
+from offpolicy.training.rundir import resumed_config
 
 
 def _split_overrides(algo: str, overrides: dict[str, Any]) -> tuple[dict, dict]:
@@ -63,19 +64,8 @@ def make(algo: str, env: str | None = None, seed: int | None = None,
     if resume:
         if run_dir is None:
             raise OffpolicyError("resume=True needs a run_dir")
-        saved = Path(run_dir) / "config.yaml"
-        if not saved.exists():
-            raise OffpolicyError(f"cannot resume: no run in {run_dir} (no config.yaml)")
-        import yaml
-
-        try:
-            saved_run = registry.RunConfig.from_dict(yaml.safe_load(saved.read_text()),
-                                                     where=str(saved))
-        except (OSError, yaml.YAMLError) as e:
-            raise OffpolicyError(f"cannot read {saved}: {e}") from e
         preset_train, preset_agent = registry.get(algo).preset_fields(preset)
-        run = saved_run.resumed_with(run, set(train) | preset_train, set(agent) | preset_agent,
-                                     where=str(run_dir))
+        run = resumed_config(run_dir, run, set(train) | preset_train, set(agent) | preset_agent)
     return Agent(Run(run, run_dir, resume=resume))
 
 

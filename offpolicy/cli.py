@@ -133,23 +133,6 @@ def _split_flags(ns: dict, section: str) -> tuple[dict, dict]:
     return train, agent
 
 
-def _load_yaml(path: Path) -> dict:
-    import yaml
-
-    if not path.is_file():
-        raise OffpolicyError(f"config file {path} does not exist or is not a file")
-    try:
-        d = yaml.safe_load(path.read_text()) or {}
-    except (OSError, UnicodeDecodeError) as e:
-        raise OffpolicyError(f"cannot read config file {path}: {e}") from e
-    except yaml.YAMLError as e:
-        raise OffpolicyError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") \
-            from e
-    if not isinstance(d, dict):
-        raise OffpolicyError(f"config file {path} must hold a mapping")
-    return d
-
-
 def cmd_train(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: offpolicy train ALGO --env ENV_ID [--steps N] [--seed S] [--run-dir DIR] "
@@ -162,7 +145,7 @@ def cmd_train(argv: list[str]) -> int:
     ns = vars(_train_parser(algo).parse_args(argv[1:]))
     section = registry.get(algo).section
     train_over, agent_over = _split_flags(ns, section)
-    file_dict = _load_yaml(ns["config"]) if "config" in ns else None
+    file_dict = registry.load_yaml(ns["config"]) if "config" in ns else None
     preset = ns.get("preset") or (file_dict or {}).get("preset")
     resume = ns["resume"]
     # a resumed run keeps its saved preset: no env default is added to what is compared
@@ -182,17 +165,15 @@ def cmd_train(argv: list[str]) -> int:
         resume = False
         run = registry.resolve(algo, preset=preset, file_dict=file_dict,
                                train_overrides=train_over, agent_overrides=agent_over)
+    from offpolicy.training.run import Run
+    from offpolicy.training.rundir import resumed_config
+
     if resume:
-        saved_path = Path(run_dir) / "config.yaml"
-        if not saved_path.exists():
-            raise OffpolicyError(f"cannot resume: no run in {run_dir} (no config.yaml)")
-        saved = registry.RunConfig.from_dict(_load_yaml(saved_path), where=str(saved_path))
         fd = file_dict or {}
         preset_train, preset_agent = registry.get(algo).preset_fields(preset)
-        explicit = (set(train_over) | set(fd.get("train") or {}) | preset_train,
-                    set(agent_over) | set(fd.get(section) or {}) | preset_agent)
-        run = saved.resumed_with(run, *explicit, where=str(run_dir))
-    from offpolicy.training.run import Run
+        run = resumed_config(run_dir, run, set(train_over) | set(fd.get("train") or {})
+                             | preset_train, set(agent_over) | set(fd.get(section) or {})
+                             | preset_agent)
 
     trainer = Run(run, run_dir, resume=resume)
     try:
@@ -271,21 +252,21 @@ def cmd_eval(argv: list[str]) -> int:
     print(f"{t.run.algo} {t.run.train.env} step {t.step} ({a.checkpoint}): return "
           f"{returns.mean():.2f} +- {returns.std():.2f} (std over {a.episodes} episodes)")
     if a.per_actor:
-        n = getattr(t.agent, "num_actors", None)
+        n = t.contract.num_actors
         if not n:
             raise OffpolicyError(f"--per-actor needs an actor ensemble; {t.run.algo} has none")
         print("| actor | return mean | return std |\n|---:|---:|---:|")
         for i in range(n):
-            r = t.evaluate(a.episodes, policy=t.agent.single_actor_policy(i))
+            r = t.evaluate(a.episodes, policy=t.contract.single_actor_policy(i))
             print(f"| {i} | {r.mean():.2f} | {r.std():.2f} |")
     if a.proposal:
         from offpolicy.plotting import plot_proposal
         from offpolicy.training.evaluation import trace_episode
 
-        if not hasattr(t.agent, "inspect"):
+        if t.contract.inspect is None:
             raise OffpolicyError(f"--proposal needs an AQL run; {t.run.algo} has no proposal")
-        trace = trace_episode(t, t.agent.inspect)
-        out = plot_proposal(trace, t.agent.sub_actions, a.out or a.run_dir / "proposal.png",
+        trace = trace_episode(t, t.contract.inspect)
+        out = plot_proposal(trace, t.contract.sub_actions, a.out or a.run_dir / "proposal.png",
                             f"{t.run.algo} {t.run.train.env} step {t.step}",
                             std=t.agent.config.proposal_std)
         print(f"wrote {out} ({len(trace['reward'])} steps, return "

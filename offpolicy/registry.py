@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,6 @@ class Algorithm:
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     replays: tuple[str, ...] = ("er",)  # the --replay choices the agent implements
     train_overrides: dict[str, Any] = field(default_factory=dict)  # its own loop defaults
-    train_fields: tuple[str, ...] = ()  # loop fields the agent is built with (ACER's k)
     # env id -> the preset a new run on that env gets when nothing names one (--preset none
     # opts out): for envs outside the paper whose defaults would not fit a CPU budget
     env_presets: dict[str, str] = field(default_factory=dict)
@@ -160,8 +158,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
     Algorithm("acer", "acer", C.ACERConfig, "offpolicy.agents.acer:ACER",
               ("discrete", "continuous"),
               "ACER: Retrace, truncated IS with bias correction, efficient trust region, SDN",
-              presets=_ACER_PRESETS, train_overrides=_ACER_TRAIN,
-              train_fields=("segment_length",)),
+              presets=_ACER_PRESETS, train_overrides=_ACER_TRAIN),
     _aql("aql", "proposal", _ALL_KINDS,
          "Amortized Q-learning: argmax over N proposal + M uniform samples"),
     _aql("uniform-q", "uniform", _ALL_KINDS,
@@ -332,6 +329,27 @@ def check_step_multiples(train: C.TrainConfig, explicit: set[str]) -> None:
                 f"{k} env copies step together, so the run would overshoot it): use {near}")
 
 
+def load_yaml(path) -> dict[str, Any]:
+    """A config file (``--config``, a run's ``config.yaml``) as a mapping; one-line errors."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise OffpolicyError(f"config file {path} does not exist or is not a file")
+    try:
+        d = yaml.safe_load(path.read_text()) or {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise OffpolicyError(f"cannot read config file {path}: {e}") from e
+    except yaml.YAMLError as e:
+        raise OffpolicyError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") \
+            from e
+    if not isinstance(d, dict):
+        raise OffpolicyError(f"config file {path} must hold a mapping")
+    return d
+
+
 def replay_settings(tc: C.TrainConfig):
     """The ``--replay`` choice and its constants, as agents and the learner take them."""
     from offpolicy.replay.refer import ReplaySettings
@@ -339,17 +357,3 @@ def replay_settings(tc: C.TrainConfig):
     return ReplaySettings(tc.replay, tc.refer_c, tc.refer_anneal, tc.refer_far_fraction,
                           tc.refer_beta0, tc.refer_beta_step, tc.refer_rho_max, tc.per_alpha,
                           tc.per_beta0, tc.replay_diagnostics)
-
-
-def build_agent(run: RunConfig, obs_shape: tuple[int, ...], action_spec) -> Any:
-    spec = get(run.algo)
-    if action_spec.kind not in spec.action_kinds:
-        raise OffpolicyError(
-            f"{run.algo} does not support {action_spec.kind} actions ({run.train.env} has "
-            f"{action_spec.describe()}); {run.algo} supports: {', '.join(spec.action_kinds)}")
-    module, cls = spec.builder.split(":")
-    agent_cls = getattr(importlib.import_module(module), cls)
-    if spec.replays != ("er",):  # the agent implements the replay choices itself
-        return agent_cls(run.agent, obs_shape, action_spec, replay=replay_settings(run.train))
-    loop = {k: getattr(run.train, k) for k in spec.train_fields}
-    return agent_cls(run.agent, obs_shape, action_spec, **loop)

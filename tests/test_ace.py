@@ -8,6 +8,7 @@ import pytest
 
 from offpolicy import registry
 from offpolicy.envs.spaces import ActionSpec
+from offpolicy.training.build import build_agent
 
 OBS, M, GAMMA = 5, 2, 0.9
 SPEC = ActionSpec.continuous(-np.ones(M), np.ones(M))
@@ -16,7 +17,7 @@ SPEC = ActionSpec.continuous(-np.ones(M), np.ones(M))
 def make_agent(algo="ace", **over):
     over = {"encoder_size": 8, "hidden": 6, "num_actors": 3, "gamma": GAMMA, **over}
     run = registry.resolve(algo, agent_overrides=over)
-    return registry.build_agent(run, (OBS,), SPEC)
+    return build_agent(run, (OBS,), SPEC)
 
 
 def random_params(agent, seed=0):

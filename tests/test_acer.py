@@ -33,6 +33,7 @@ from offpolicy.agents.acer import (
     per_step_grad,
     trust_region,
 )
+from offpolicy.agents.base import AgentContext
 from offpolicy.config import ACERConfig
 from offpolicy.distributions import Gaussian
 from offpolicy.envs.spaces import ActionSpec
@@ -67,7 +68,7 @@ def continuous_spec():
 def make_agent(discrete: bool, **overrides) -> ACER:
     cfg = ACERConfig(hidden=HIDDEN, activation="tanh", gamma=GAMMA, **overrides)
     spec = discrete_spec() if discrete else continuous_spec()
-    return ACER(cfg, (OBS_DIM,), spec, segment_length=T)
+    return ACER(cfg, (OBS_DIM,), spec, AgentContext(segment_length=T))
 
 
 def perturbed(tree, key, scale):

@@ -17,11 +17,12 @@ from offpolicy.envs.make import (
     observation_dtype,
     observation_shape,
 )
-from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
+from offpolicy.envs.wrappers import ObsNormalizer
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import NatureCNN, is_image
 from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.training.collector import Collector
+from offpolicy.training.learner import ActingState
 from offpolicy.training.run import Run
 
 PONG = "ALE/Pong-v5"
@@ -101,8 +102,9 @@ def test_replay_and_collector_keep_uint8_frames():
     replay = ReplayBuffer(64, shape, spec.flat_dim, {}, obs_dtype=dtype, seed=0, num_streams=1,
                           frame_stack=frame_stack(probe))
     assert replay.obs.dtype == np.uint8 and replay.obs.shape == (64, 84, 84)
-    collector = Collector(PONG, 1, 0, spec, shape, replay, None, {}, ObsNormalizer((), False),
-                          RewardScaler(0.99, False), False)
+    # the replay buffer is a sink; random actions need no policy
+    collector = Collector(PONG, 1, 0, spec, replay, None,
+                          ActingState(0, None, ObsNormalizer((), False)), None, {})
     seen = []  # the env's own stacked observations, in the order replay stores them
     try:
         collector.begin()

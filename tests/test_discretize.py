@@ -128,7 +128,7 @@ class UniformAgent:
     writeback_fields: dict = {}
     exploration_noise = None
 
-    def __init__(self, config, obs_shape, spec):
+    def __init__(self, config, obs_shape, spec, context=None):
         self.spec = spec
 
     def init(self, key):

@@ -23,10 +23,9 @@ from offpolicy.distributions import (
     Gaussian,
     Hybrid,
     TruncatedGaussian,
-    _mills_moments,
-    _truncated_icdf,
 )
 from offpolicy.envs.spaces import ActionSpec
+from offpolicy.normal_numerics import _mills_moments, _truncated_icdf
 
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)

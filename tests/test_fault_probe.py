@@ -232,14 +232,14 @@ def test_a_negative_value_in_scientific_notation_is_a_value(tmp_path):
 
 def test_a_failed_config_write_leaves_no_run_directory(tmp_path, monkeypatch):
     from offpolicy.errors import OffpolicyError
-    from offpolicy.training import run as run_module
+    from offpolicy.training.run import Run
 
     def full_disk(path, text):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(run_module.checkpoint, "write_text_atomic", full_disk)
+    monkeypatch.setattr(checkpoint, "write_text_atomic", full_disk)
     with pytest.raises(OffpolicyError, match="No space left"):
-        run_module.Run(tiny_run(), tmp_path / "new")
+        Run(tiny_run(), tmp_path / "new")
     assert not (tmp_path / "new").exists()
 
 

@@ -1,4 +1,4 @@
-"""AQL's proposal (offpolicy.distributions.Proposal): autoregressive sampling and
+"""AQL's proposal (offpolicy.agents.aql_proposal.Proposal): autoregressive sampling and
 log-probabilities agree (sampled frequencies against exp(log mu)) for categorical, Gaussian and
 hybrid sub-actions; log mu normalises; the independent variant ignores the prefix; entropy is
 the sum of the conditional entropies along the prefix."""
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from offpolicy.distributions import Proposal
+from offpolicy.agents.aql_proposal import Proposal
 
 N = 40_000
 

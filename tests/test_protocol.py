@@ -65,7 +65,7 @@ def test_every_registered_agent_implements_the_protocol(algo):
     for k, (shape, dtype) in agent.behaviour_fields.items():
         assert info[k].shape == (2, *shape) and info[k].dtype == np.dtype(dtype)
     # the update returns (state, metrics, writeback) with the declared write-back fields
-    _, batch = r.learner._example_batch()
+    _, batch = r.learner.example_batch()
     state, metrics, wb = jax.eval_shape(agent.update, r.state, batch, jax.random.PRNGKey(0))
     assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(r.state)
     assert set(wb) == set(agent.writeback_fields) and metrics

@@ -12,6 +12,7 @@ from offpolicy.envs.spaces import ActionSpec
 from offpolicy.replay import refer, stored_returns
 from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.returns import v_tbc
+from offpolicy.training.build import build_agent
 
 GAMMA = 0.9
 
@@ -169,7 +170,7 @@ def test_refresh_then_propagate_equals_recomputing_the_episode(terminated):
 def _ddpg(kind):
     run = registry.resolve("ddpg", train_overrides={"replay": kind},
                            agent_overrides={"hidden": (16, 16)})
-    return registry.build_agent(run, (3,), ActionSpec.continuous(-np.ones(2), np.ones(2)))
+    return build_agent(run, (3,), ActionSpec.continuous(-np.ones(2), np.ones(2)))
 
 
 def _batch(agent, state, far_rows):
@@ -226,7 +227,7 @@ def test_rule2_penalty_pulls_the_actor_towards_behaviour():
 # ---------------------------------------------------------------------- NAF
 def test_naf_q_is_maximised_at_the_mean_and_p_is_positive_definite():
     run = registry.resolve("naf", agent_overrides={"hidden": (16, 16), "activation": "tanh"})
-    agent = registry.build_agent(run, (4,), ActionSpec.continuous(-np.ones(3), np.ones(3)))
+    agent = build_agent(run, (4,), ActionSpec.continuous(-np.ones(3), np.ones(3)))
     state = agent.init(jax.random.PRNGKey(0))
     # larger output weights so that L is far from its near-zero initialisation
     params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state["params"])
@@ -262,8 +263,8 @@ def test_replay_choices_run_and_write_back(tmp_path, algo, replay):
     t.train()
     r = t.replay
     if replay == "per":  # priorities moved off the initial maximum for sampled steps
-        prio = t.learner.per.state_arrays()
-        assert len(t.learner.per) == len(r) and t.learner.updates > 0
+        prio = t.replay.per.state_arrays()
+        assert len(t.replay.per) == len(r) and t.learner.updates > 0
         assert any(np.asarray(v).size for v in prio.values())
     else:
         assert r.count("far") == pytest.approx(r.extras["far"][r.valid].sum())
@@ -464,6 +465,7 @@ def test_refer_memory_defaults_to_half_the_run_unless_set():
 def test_the_learner_bootstraps_truncated_episodes_with_the_network():
     """V-RACER's learner closes a truncated episode with V(s_T) of its current network on the
     stored final observation (normalised as its batches are), and a terminated one with 0."""
+    from offpolicy.agents.base import check_agent
     from offpolicy.agents.vracer import VRACER
     from offpolicy.config import VRACERConfig
     from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
@@ -475,7 +477,7 @@ def test_the_learner_bootstraps_truncated_episodes_with_the_network():
     buf = ReplayBuffer(64, (3,), 1, fields, forget_whole_episodes=True, counted=("far",))
     norm = ObsNormalizer((3,), True)
     norm.rms.mean, norm.rms.var = np.array([1.0, -2.0, 0.5]), np.array([4.0, 1.0, 9.0])
-    learner = Learner(agent, buf, 4, 0, norm, RewardScaler(0.995, False))
+    learner = Learner(agent, check_agent(agent), buf, 4, 0, norm, RewardScaler(0.995, False))
     rng = np.random.default_rng(5)
     ends = []
     for terminated in (False, True, False):  # truncated, terminated, truncated

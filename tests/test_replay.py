@@ -529,7 +529,7 @@ def test_a_replay_larger_than_the_machine_is_refused_up_front():
     on an 8 GiB machine is refused at once, with the --buffer-size that would fit."""
     import warnings
 
-    from offpolicy.replay.storage import check_memory
+    from offpolicy.replay.memory import check_memory
 
     gib = 1024**3
     frames = 84 * 84 * 4 + 4 + 4 + 3
@@ -555,7 +555,7 @@ def test_the_memory_check_reads_a_containers_cgroup_limit(tmp_path):
     ``0::`` line of /proc/self/cgroup; v1: the ``memory`` line) up to the top, takes the
     tightest limit and that level's usage less its inactive page cache; "max" (v2) and ~2^63
     (v1) mean no limit."""
-    from offpolicy.replay.storage import _cgroup_memory, _meminfo, check_memory
+    from offpolicy.replay.memory import _cgroup_memory, _meminfo, check_memory
 
     gib = 1024**3
     me = tmp_path / "self_cgroup"
@@ -605,9 +605,10 @@ def test_the_memory_check_reads_a_containers_cgroup_limit(tmp_path):
 
 def test_the_memory_check_counts_prioritized_replays_trees():
     """RankPrioritized.bytes_per_step accounts for every array it keeps per slot once it is
-    full and sorted, and ReplayBuffer adds such an overhead to its check (a --replay per
-    run passes it)."""
-    from offpolicy.replay.prioritized import RankPrioritized
+    full and sorted, and a prioritized ReplayBuffer (which owns its sampler) adds it to its
+    check."""
+    from offpolicy.replay.memory import check_memory
+    from offpolicy.replay.prioritized import PERSettings, RankPrioritized
 
     n = 4096
     per = RankPrioritized(n)
@@ -618,10 +619,13 @@ def test_the_memory_check_counts_prioritized_replays_trees():
     assert estimate + 64 >= held >= 0.95 * estimate  # + cumulative[0]
     if not os.path.exists("/proc/meminfo"):
         pytest.skip("no /proc/meminfo to check against")
-    ReplayBuffer(1000, (3,), 1)  # 23 bytes per step: fits
-    # obs 12 + action 4 + reward 4 + 3 flags = 23 bytes; the overhead makes it 10^12
+    plain = ReplayBuffer(1000, (3,), 1)  # obs 12 + action 4 + reward 4 + 3 flags = 23 bytes
+    assert plain.bytes_per_step == 23
+    prioritized = ReplayBuffer(1000, (3,), 1, prioritized=PERSettings())
+    assert prioritized.bytes_per_step == 23 + RankPrioritized.bytes_per_step(1000)
+    assert prioritized.prioritized and len(prioritized.per) == 0
     with pytest.raises(OffpolicyError, match=r"\(1000000000000 bytes per step"):
-        ReplayBuffer(1000, (3,), 1, overhead_per_step=10**12 - 23)
+        check_memory(1000, 10**12)
 
 
 # ---------------------------------------------------------------------- stacked frames

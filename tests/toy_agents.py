@@ -13,13 +13,14 @@ The update writes rho_t (under the parameters before the step) back into replay'
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from offpolicy.agents.base import sequences
+from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, sequences
 from offpolicy.config import _f
 from offpolicy.distributions import Categorical
 from offpolicy.returns import lambda_returns
@@ -35,11 +36,20 @@ class ToyPGConfig:
     entropy_weight: float = _f(0.01, "entropy bonus", ge=0)
 
 
+class ToyState(NamedTuple):
+    """Typed state, one field per role (as new agents hold it): the contract, the learner's
+    donation and checkpoints take any pytree."""
+
+    params: dict
+    opt: Any
+
+
 class ToyPG:
     writeback_fields = {"rho": ((), np.float32, 1.0)}
     exploration_noise = None
 
-    def __init__(self, config: ToyPGConfig, obs_shape: tuple[int, ...], spec):
+    def __init__(self, config: ToyPGConfig, obs_shape: tuple[int, ...], spec,
+                 context: AgentContext = DEFAULT_CONTEXT):
         self.config, self.obs_dim, self.n = config, obs_shape[0], spec.n
         self.data = sequences(config.sequence_length)
         self.actor = Categorical()
@@ -48,10 +58,10 @@ class ToyPG:
 
     def init(self, key):
         params = {"pi": jnp.zeros((self.obs_dim, self.n)), "v": jnp.zeros((self.obs_dim,))}
-        return {"params": params, "opt": self.opt.init(params)}
+        return ToyState(params, self.opt.init(params))
 
-    def acting_params(self, state):
-        return state["params"]
+    def acting_params(self, state: ToyState):
+        return state.params
 
     def policy(self, params, obs, key, explore: bool):
         logits = obs @ params["pi"]
@@ -83,13 +93,13 @@ class ToyPG:
             entropy = -jnp.sum(mask * jnp.sum(jnp.exp(logp_all) * logp_all, -1)) / denom
             return pg + value - c.entropy_weight * entropy, (rho, value)
 
-        (total, (rho, value)), grads = jax.value_and_grad(loss, has_aux=True)(state["params"])
-        upd, opt = self.opt.update(grads, state["opt"], state["params"])
-        params = optax.apply_updates(state["params"], upd)
+        (total, (rho, value)), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
+        upd, opt = self.opt.update(grads, state.opt, state.params)
+        params = optax.apply_updates(state.params, upd)
         rho = jax.lax.stop_gradient(rho)
         metrics = {"loss": total, "value_loss": value,
                    "rho_mean": jnp.sum(mask * rho) / denom}
-        return {"params": params, "opt": opt}, metrics, {"rho": rho}
+        return ToyState(params, opt), metrics, {"rho": rho}
 
 
 def register() -> bool:

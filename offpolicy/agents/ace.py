@@ -42,7 +42,7 @@ import numpy as np
 import optax
 
 from offpolicy.agents.acting import NoiseSpec
-from offpolicy.agents.base import transitions
+from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.config import ACEConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import ACTIVATIONS, final_init, hidden_init, soft_update, zeros
@@ -161,7 +161,8 @@ class ACE:
     data = transitions()
     writeback_fields: dict = {}
 
-    def __init__(self, config: ACEConfig, obs_shape: tuple[int, ...], spec: ActionSpec):
+    def __init__(self, config: ACEConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
+                 context: AgentContext = DEFAULT_CONTEXT):
         c = config
         self.config, self.obs_shape, self.spec = c, obs_shape, spec
         self.num_actors = c.num_actors

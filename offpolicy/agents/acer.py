@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import optax
 
 from offpolicy import returns
-from offpolicy.agents.base import sequences
+from offpolicy.agents.base import AgentContext, sequences
 from offpolicy.config import ACERConfig
 from offpolicy.distributions import Categorical, Gaussian
 from offpolicy.envs.spaces import ActionSpec
@@ -260,7 +260,8 @@ class ACER:
     writeback_fields: dict = {}
 
     def __init__(self, config: ACERConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
-                 segment_length: int = 20):
+                 context: AgentContext | None = None):
+        segment_length = (context or AgentContext(segment_length=20)).segment_length
         if segment_length < 1:
             raise OffpolicyError("acer learns from k-step trajectories: --segment-length must "
                                  "be >= 1 (the paper: 20 on Atari, 50 on MuJoCo)")

@@ -48,9 +48,9 @@ import numpy as np
 import optax
 
 from offpolicy import returns
-from offpolicy.agents.base import sequences
+from offpolicy.agents.aql_proposal import Proposal
+from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, sequences
 from offpolicy.config import AQLConfig
-from offpolicy.distributions import Proposal
 from offpolicy.envs import action_embedding as emb
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
@@ -89,7 +89,8 @@ class AQL:
     writeback_fields: dict = {}
     behaviour_fields: dict = {}
 
-    def __init__(self, config: AQLConfig, obs_shape: tuple[int, ...], spec: ActionSpec):
+    def __init__(self, config: AQLConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
+                 context: AgentContext = DEFAULT_CONTEXT):
         if len(obs_shape) != 1:
             raise OffpolicyError(f"aql takes flat observations, got shape {tuple(obs_shape)}")
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec

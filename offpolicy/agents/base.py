@@ -32,22 +32,42 @@ runtime (``offpolicy.training``) reads only what this protocol declares:
     the part of the state the policy needs (what a remote collector would be sent).
 ``exploration_noise``
     ``acting.NoiseSpec`` for deterministic policies with additive host-side noise, else None.
-``stored_return`` and ``state_value(params, obs[B, ...]) -> V[B]`` (optional, together)
+Optional members: an agent that lacks one gets its default. They are read here only, once, into
+the :class:`Contract` that :func:`check_agent` returns; the runtime reads the contract:
+
+``learns_on_segments`` (default True)
+    with ``--segment-length`` k, whether a sequences agent takes one update on the segment
+    just collected before its replayed ones (ACER's Algorithm 1); False: replay only.
+``stored_return`` (default None) and ``state_value(params, obs[B, ...]) -> V[B]``
     a ``stored_returns.StoredReturn`` when the agent keeps per-step return targets in replay
     (V-RACER's V^tbc); the learner fills a finished episode's targets and, for a truncated
     one, bootstraps them from ``state_value`` of the observation it was cut at.
-``learns_on_segments`` (optional, default True)
-    with ``--segment-length`` k, whether a sequences agent takes one update on the segment
-    just collected before its replayed ones (ACER's Algorithm 1); False: replay only.
+``num_actors`` (default 0) and ``single_actor_policy(i)``
+    an ensemble's size and a policy acting with actor i alone (``offpolicy eval
+    --per-actor``, ACE's Table 3).
+``inspect(params, obs[1, ...], key) -> dict`` and ``sub_actions`` (default None, ())
+    what the policy considered at a state (AQL's proposal, ``offpolicy eval --proposal``).
+``config.gamma`` (default 0.99)
+    the discount the reward normaliser's running return uses.
+
+Every agent is built as ``Agent(config, obs_shape, action_spec, context)``: the algorithm's
+config section, the observation shape, the env's ``ActionSpec`` and an :class:`AgentContext`
+with what the training loop decides for it (the replay choice and its constants, the segment
+length). The agent's state may be any pytree (a dict, a NamedTuple or a ``flax.struct``
+dataclass per role): the learner and checkpoints take it as it is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
+
+from offpolicy.replay.refer import ER, ReplaySettings
+from offpolicy.replay.stored_returns import StoredReturn
 
 FieldSpecs = dict[str, tuple]  # name -> (shape, dtype) or (shape, dtype, initial)
 
@@ -106,8 +126,44 @@ class Agent(Protocol):
     def acting_params(self, state: Any) -> Any: ...
 
 
-def check_agent(agent: Any) -> None:
-    """Raise TypeError naming what ``agent`` lacks of the protocol (used by the registry)."""
+@dataclass(frozen=True)
+class AgentContext:
+    """What the training loop decides for an agent, its constructor's fourth argument."""
+
+    replay: ReplaySettings = field(default_factory=lambda: ER)  # --replay and its constants
+    segment_length: int = 0  # --segment-length k: ACER learns from k-step windows
+
+
+DEFAULT_CONTEXT = AgentContext()
+
+
+@dataclass(frozen=True)
+class Contract:
+    """An agent's optional members (module docstring), each with its default."""
+
+    learns_on_segments: bool = True
+    stored_return: StoredReturn | None = None
+    state_value: Callable | None = None
+    num_actors: int = 0
+    single_actor_policy: Callable | None = None
+    inspect: Callable | None = None
+    sub_actions: tuple = ()
+    gamma: float = 0.99
+
+
+def contract(agent: Any) -> Contract:
+    """The optional members ``agent`` has, defaults for the rest (no check: see
+    :func:`check_agent`)."""
+    defaults = Contract()
+    found = {name: getattr(agent, name, getattr(defaults, name))
+             for name in Contract.__dataclass_fields__ if name != "gamma"}
+    gamma = getattr(getattr(agent, "config", None), "gamma", defaults.gamma)
+    return Contract(**found, gamma=float(gamma))
+
+
+def check_agent(agent: Any) -> Contract:
+    """Raise TypeError naming what ``agent`` lacks of the protocol; return its
+    :class:`Contract` (the registry builds every agent through this)."""
     if not isinstance(agent, Agent):
         missing = [n for n in ("data", "behaviour_fields", "writeback_fields",
                                "exploration_noise", "init", "policy", "update", "acting_params")
@@ -128,3 +184,14 @@ def check_agent(agent: Any) -> None:
     if clash:
         raise TypeError(f"{type(agent).__name__}: fields both behaviour and write-back: "
                         f"{', '.join(sorted(clash))}")
+    c = contract(agent)
+    name = type(agent).__name__
+    if c.stored_return is not None and not isinstance(c.stored_return, StoredReturn):
+        raise TypeError(f"{name}.stored_return must be a StoredReturn, got {c.stored_return!r}")
+    pairs = [(c.stored_return is not None, "stored_return", c.state_value, "state_value"),
+             (c.num_actors > 0, "num_actors", c.single_actor_policy, "single_actor_policy"),
+             (c.inspect is not None, "inspect", c.sub_actions, "sub_actions")]
+    for present, member, partner, partner_name in pairs:
+        if present and not partner:
+            raise TypeError(f"{name} declares {member} but not {partner_name}")
+    return c

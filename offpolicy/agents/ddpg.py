@@ -44,13 +44,12 @@ import numpy as np
 import optax
 
 from offpolicy.agents.acting import NoiseSpec
-from offpolicy.agents.base import transitions
+from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.config import DDPGConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import ACTIVATIONS, MLP, Dense, l2_kernels, soft_update
 from offpolicy.replay import refer
-from offpolicy.replay.refer import ReplaySettings
 
 
 class Encoder(nn.Module):
@@ -96,11 +95,11 @@ class DDPG:
     data = transitions()
 
     def __init__(self, config: DDPGConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
-                 replay: ReplaySettings = refer.ER):
+                 context: AgentContext = DEFAULT_CONTEXT):
         self.config = config
         self.obs_shape = obs_shape
         self.spec = spec
-        self.replay = replay
+        self.replay = replay = context.replay
         self.behaviour_fields, self.writeback_fields = {}, {}
         if replay.tracks_behaviour:
             self.behaviour_fields = {"mean": ((spec.dim,), np.float32)}
@@ -216,18 +215,17 @@ class DDPG:
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c, r = self.config, self.replay
         params, target = state["params"], state["target"]
-        weights, beta, extra_state, metrics, writeback = 1.0, 1.0, {}, {}, {}
+        # Rule 1 masks both steps, PER weights the critic's only, Rule 2 penalises the actor
+        weights, critic_w, beta = 1.0, refer.per_weights(r, batch), 1.0
+        extra_state, metrics, writeback = {}, {}, {}
         if r.tracks_behaviour:
             # rho and KL with the pre-update actor, refreshed in replay (Algorithm 4)
             mean = jax.lax.stop_gradient(self.mu(params, batch["obs"]))
             rho = refer.importance_weight(self.log_ratio(batch, mean), 0.0, r.rho_max)
-            kl = self.kl(batch["mean"], mean)
-            far_fraction = batch["far_fraction"]
-            weights, beta, extra_state["refer"], cmax, far = refer.rules(
-                r, state["refer"], rho, far_fraction)
-            metrics = refer.diagnostics(rho, kl, far, beta, cmax, far_fraction)
-            writeback = {refer.RHO: rho, refer.FAR: far}
-        critic_w = weights * batch["weight"] if "weight" in batch else weights
+            wt = refer.weighting(r, state["refer"], rho, batch)
+            weights, critic_w, beta = wt.rule_weights, wt.weights, wt.beta
+            extra_state, writeback = {"refer": wt.state}, wt.writeback
+            metrics = wt.metrics(self.kl(batch["mean"], mean))
 
         y = self.bootstrap_target(target, batch)
         cp = {k: params[k] for k in self.critic_keys}
@@ -252,9 +250,7 @@ class DDPG:
         }
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": jnp.mean(q),
                    "target_mean": jnp.mean(y), **metrics}
-        if r.prioritized:
-            writeback["td_abs"] = jnp.abs(q - y)
-        return new_state, metrics, writeback
+        return new_state, metrics, writeback | refer.priority(r, jnp.abs(q - y))
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> dict:

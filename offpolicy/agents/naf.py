@@ -32,12 +32,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from offpolicy.agents.base import transitions
+from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.config import NAFConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, Dense, soft_update
 from offpolicy.replay import refer
-from offpolicy.replay.refer import ReplaySettings
 
 
 class NAFNetwork(nn.Module):
@@ -76,7 +75,8 @@ class NAF:
     exploration_noise = None
 
     def __init__(self, config: NAFConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
-                 replay: ReplaySettings = refer.ER):
+                 context: AgentContext = DEFAULT_CONTEXT):
+        replay = context.replay
         self.config, self.obs_shape, self.spec, self.replay = config, obs_shape, spec, replay
         self.net = NAFNetwork(tuple(config.hidden), spec.dim, config.activation, config.init)
         self.sigma = config.noise_sigma
@@ -115,25 +115,18 @@ class NAF:
         a, m_mu = batch["action"], batch["mean"]
         log_ratio = refer.fixed_std_log_ratio(a, m_mu, mean, self.sigma)
         rho = refer.importance_weight(log_ratio, 0.0, r.rho_max)
-        kl = self.kl(m_mu, mean)
-        far_fraction = batch.get("far_fraction", jnp.zeros(()))
-        weights, beta, refer_state, cmax, far = refer.rules(r, state["refer"], rho, far_fraction)
-        if "weight" in batch:
-            weights = weights * batch["weight"]
+        wt = refer.weighting(r, state["refer"], rho, batch)
         next_value, _, _ = self.net.apply({"params": state["target"]}, batch["next_obs"])
         y = jax.lax.stop_gradient(batch["reward"] + c.gamma * batch["discount"] * next_value)
         (loss, (q, td)), grads = jax.value_and_grad(self.loss, has_aux=True)(
-            params, batch, y, weights, beta, r.rule2)
+            params, batch, y, wt.weights, wt.beta, r.rule2)
         upd, opt = self.opt.update(grads, state["opt"], params)
         params = optax.apply_updates(params, upd)
         new_state = {"params": params, "target": soft_update(state["target"], params, c.tau),
-                     "opt": opt, "refer": refer_state}
+                     "opt": opt, "refer": wt.state}
         metrics = {"loss": loss, "q_mean": jnp.mean(q), "target_mean": jnp.mean(y),
-                   **refer.diagnostics(rho, kl, far, beta, cmax, far_fraction)}
-        writeback = {refer.RHO: rho, refer.FAR: far}
-        if r.prioritized:
-            writeback["td_abs"] = jnp.abs(td)
-        return new_state, metrics, writeback
+                   **wt.metrics(self.kl(m_mu, mean))}
+        return new_state, metrics, wt.writeback | refer.priority(r, jnp.abs(td))
 
     def acting_params(self, state: dict) -> dict:
         return state["params"]

@@ -40,13 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from offpolicy.agents.base import transitions
+from offpolicy.agents.base import AgentContext, transitions
 from offpolicy.config import VRACERConfig
 from offpolicy.distributions import Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, Dense, softplus_init
 from offpolicy.replay import refer
-from offpolicy.replay.refer import ReplaySettings
 from offpolicy.replay.stored_returns import StoredReturn
 
 GAUSSIAN = Gaussian()
@@ -76,7 +75,8 @@ class VRACER:
     exploration_noise = None
 
     def __init__(self, config: VRACERConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
-                 replay: ReplaySettings = refer.REFER):
+                 context: AgentContext | None = None):
+        replay = (context or AgentContext(refer.REFER)).replay  # ReF-ER unless told
         self.config, self.obs_shape, self.spec, self.replay = config, obs_shape, spec, replay
         self.net = VRACERNetwork(tuple(config.hidden), spec.dim, config.activation, config.init,
                                  float(np.sqrt(config.initial_variance)))
@@ -130,28 +130,22 @@ class VRACER:
         has_target = ~jnp.isnan(batch["v_tbc"])
         valid = has_target.astype(jnp.float32)
 
-        far_fraction = batch.get("far_fraction", jnp.zeros(()))
-        weights, beta, refer_state, cmax, far = refer.rules(r, state["refer"], rho, far_fraction)
-        if "weight" in batch:
-            weights = weights * batch["weight"]
+        wt = refer.weighting(r, state["refer"], rho, batch)
         (loss, aux), grads = jax.value_and_grad(self.loss, has_aux=True)(
-            params, batch, qret, valid, weights, beta, r.rule2)
+            params, batch, qret, valid, wt.weights, wt.beta, r.rule2)
         upd, opt = self.opt.update(grads, state["opt"], params)
         params = optax.apply_updates(params, upd)
 
         v_tbc = value + jnp.minimum(1.0, rho) * (qret - value)  # Eq. 8, refreshed
-        new_state = {"params": params, "opt": opt, "refer": refer_state}
+        new_state = {"params": params, "opt": opt, "refer": wt.state}
         metrics = {"loss": loss, "policy_loss": aux["policy_loss"],
                    "value_loss": aux["value_loss"], "std_mean": aux["std_mean"],
                    "v_mean": jnp.mean(value), "target_fraction": jnp.mean(valid),
-                   **refer.diagnostics(rho, aux["kl"], far, beta, cmax, far_fraction)}
-        writeback = {refer.RHO: rho, refer.FAR: far, "v": value,
-                     "v_tbc": jnp.where(has_target, v_tbc, jnp.nan)}
-        if r.prioritized:  # NaN: no target yet, the step keeps its priority
-            writeback["td_abs"] = jnp.where(has_target,
-                                            jnp.abs(value - jnp.nan_to_num(batch["v_tbc"])),
-                                            jnp.nan)
-        return new_state, metrics, writeback
+                   **wt.metrics(aux["kl"])}
+        writeback = wt.writeback | {"v": value, "v_tbc": jnp.where(has_target, v_tbc, jnp.nan)}
+        # NaN: no target yet, the step keeps its priority
+        td_abs = jnp.where(has_target, jnp.abs(value - jnp.nan_to_num(batch["v_tbc"])), jnp.nan)
+        return new_state, metrics, writeback | refer.priority(r, td_abs)
 
     def acting_params(self, state: dict) -> dict:
         return state["params"]

@@ -63,10 +63,21 @@ which would reset all priorities to the maximum.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
 from offpolicy.errors import NonFiniteError, OffpolicyError
+
+
+@dataclass(frozen=True)
+class PERSettings:
+    """A prioritized replay's constants (``ReplayBuffer(prioritized=...)`` builds one)."""
+
+    alpha: float = 0.7
+    beta0: float = 0.5
+    beta_steps: int = 100_000  # updates over which beta rises to 1
+    seed: int = 0
 
 
 class RankPrioritized:

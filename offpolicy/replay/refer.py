@@ -27,14 +27,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
 REPLAYS = ("er", "per", "refer", "refer1", "refer2")
+# replay fields (per step) and batch / write-back keys, named here once
 FAR = "far"  # the replay field holding each step's far-policy flag (0/1), counted by replay
 RHO = "rho"  # the replay field holding each step's latest importance weight
+FAR_FRACTION = "far_fraction"  # batch: n_far / N of the whole memory (Eq. 12)
+WEIGHT = "weight"  # batch: PER's importance-sampling weights (prioritized replay only)
+PRIORITY = "td_abs"  # write-back: |TD| of each sampled step, PER's new priority (not a field)
 
 
 @dataclass(frozen=True)
@@ -156,3 +161,42 @@ def diagnostics(rho: jax.Array, kl: jax.Array, far: jax.Array, beta: jax.Array,
     return {"kl_mu_pi": jnp.mean(kl), "far_policy_fraction": far_fraction,
             "batch_far_fraction": jnp.mean(far), "beta": beta, "c_max": cmax,
             "rho_mean": jnp.mean(rho)}
+
+
+class Weighting(NamedTuple):
+    """What the replay choice contributes to one update (:func:`weighting`)."""
+
+    weights: Any  # [B] Rule 1's near-policy mask times PER's importance weights
+    rule_weights: Any  # [B] Rule 1's mask alone (a term PER does not weight)
+    beta: jax.Array  # Rule 2's penalty coefficient this update uses (1 without Rule 2)
+    state: dict  # the agent's new ReF-ER state (beta, step)
+    writeback: dict  # the refreshed importance weight and far-policy flag of each step
+    rho: jax.Array
+    far: jax.Array
+    cmax: jax.Array
+    far_fraction: jax.Array
+
+    def metrics(self, kl: jax.Array) -> dict[str, jax.Array]:
+        """ReF-ER's diagnostics, with the batch's KL(mu_t || pi) ``kl`` [B]."""
+        return diagnostics(self.rho, kl, self.far, self.beta, self.cmax, self.far_fraction)
+
+
+def per_weights(settings: ReplaySettings, batch: dict) -> Any:
+    """PER's importance-sampling weights of a batch (1 for every other replay)."""
+    return batch[WEIGHT] if settings.prioritized else 1.0
+
+
+def weighting(settings: ReplaySettings, state: dict, rho: jax.Array, batch: dict
+              ) -> Weighting:
+    """The ReF-ER / PER weighting of one update of an agent that stores its behaviour policy:
+    Rule 1's mask, Rule 2's beta and its state (:func:`rules`) from the refreshed weights
+    ``rho`` [B], PER's weights, and the write-back of rho and the far flags."""
+    far_fraction = batch[FAR_FRACTION]
+    weights, beta, new_state, cmax, far = rules(settings, state, rho, far_fraction)
+    return Weighting(weights * per_weights(settings, batch), weights, beta, new_state,
+                     {RHO: rho, FAR: far}, rho, far, cmax, far_fraction)
+
+
+def priority(settings: ReplaySettings, td_abs: jax.Array) -> dict:
+    """The write-back entry of PER's new priorities (none for other replays)."""
+    return {PRIORITY: td_abs} if settings.prioritized else {}

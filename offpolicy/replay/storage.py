@@ -46,126 +46,13 @@ from pathlib import Path
 import numpy as np
 
 from offpolicy.errors import OffpolicyError
+from offpolicy.replay.memory import check_memory
+from offpolicy.replay.prioritized import PERSettings, RankPrioritized
 
 _CORE = ("obs", "action", "reward", "terminated", "truncated", "valid")
 RESERVED = _CORE + ("next_obs", "discount", "mask")
 # 1: whole observations per slot; 2: with frame_stack, one frame per slot and frame_back
 REPLAY_FORMAT = 2
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
-
-
-def _read_stat(path: Path, key: str) -> int:
-    try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key and value.strip().isdigit():
-                return int(value)
-    except OSError:
-        pass
-    return 0
-
-
-_CGROUP_FILES = {  # version: (limit, usage, memory.stat's page-cache key the kernel can drop)
-    2: ("memory.max", "memory.current", "inactive_file"),
-    1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
-}
-
-
-def _cgroup_memory(root: Path = Path("/sys/fs/cgroup"),
-                   self_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int | None, int | None]:
-    """The tightest cgroup memory limit over this process's cgroup and its ancestors, and the
-    usage at that level less the inactive page cache (what kubelet and ``docker stats``
-    count), in bytes; ``(None, None)`` where no level sets one.
-
-    The process's cgroup comes from ``/proc/self/cgroup`` (v2: the ``0::PATH`` line, under
-    ``root``; v1: the line naming the ``memory`` controller, under ``root/memory``). Where
-    that path is not mounted (a container sees its own cgroup at the top) the walk starts at
-    the top. Containers, Slurm jobs and systemd scopes kill a process at this limit, which
-    /proc/meminfo does not show. v1 writes a number near 2^63 for no limit, v2 ``max``."""
-    try:
-        lines = self_cgroup.read_text().splitlines()
-    except OSError:
-        lines = []
-    paths = {}
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            paths[2] = parts[2]
-        elif "memory" in parts[1].split(","):
-            paths[1] = parts[2]
-    for version, base in ((2, root), (1, root / "memory")):
-        limit_file, usage_file, inactive_key = _CGROUP_FILES[version]
-        start = base / paths.get(version, "/").lstrip("/")
-        level = start if start.is_dir() else base
-        best, seen = None, False
-        while True:
-            limit = _read_int(level / limit_file)
-            seen = seen or (level / limit_file).exists()
-            if limit is not None and limit < 2**60 and (best is None or limit < best[0]):
-                usage = _read_int(level / usage_file)
-                if usage is not None:
-                    usage = max(usage - _read_stat(level / "memory.stat", inactive_key), 0)
-                best = (limit, usage)
-            if level == base or base not in level.parents:
-                break
-            level = level.parent
-        if seen:  # this version's controller is mounted: the other is not consulted
-            return best if best is not None else (None, None)
-    return None, None
-
-
-def _meminfo(cgroup_root: Path = Path("/sys/fs/cgroup"),
-             self_cgroup: Path = Path("/proc/self/cgroup")) -> dict[str, int]:
-    """The memory this process may use, in bytes: /proc/meminfo's MemTotal and MemAvailable,
-    lowered to the cgroup's limit and its headroom where there is one (``CgroupLimit`` is then
-    set); empty where there is no /proc/meminfo (not Linux)."""
-    try:
-        with open("/proc/meminfo") as f:
-            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f
-                    if line.split()[-1:] == ["kB"]}
-    except (OSError, ValueError, IndexError):
-        return {}
-    limit, usage = _cgroup_memory(cgroup_root, self_cgroup)
-    if limit is not None and limit < info.get("MemTotal", 2**63):
-        info["MemTotal"] = info["CgroupLimit"] = limit
-        if usage is not None:
-            info["MemAvailable"] = min(info.get("MemAvailable", limit), max(limit - usage, 0))
-    return info
-
-
-def check_memory(capacity: int, per_step: int, meminfo: dict[str, int] | None = None) -> int:
-    """Refuse a replay that cannot fit in the memory this process may use once full (the
-    arrays are mapped lazily, so without this a run would die hours in, when replay fills
-    up), and warn when it would not fit in the memory available now. ``per_step``: bytes per
-    stored step of the arrays that stay allocated (the caller adds prioritized replay's);
-    temporaries, e.g. of a prioritized re-sort, are not counted. Returns the bytes a full
-    replay needs."""
-    info = _meminfo() if meminfo is None else meminfo
-    need = capacity * per_step
-    total, avail = info.get("MemTotal"), info.get("MemAvailable")
-    where = ("this container's memory limit (cgroup)" if "CgroupLimit" in info
-             else "this machine's memory")
-    gb = 1024**3
-    if total is not None and need > total:
-        raise OffpolicyError(
-            f"a full replay of {capacity} steps needs {need / gb:.1f} GiB ({per_step} bytes "
-            f"per step), more than {where} of {total / gb:.1f} GiB: lower "
-            f"--buffer-size (about {int(0.8 * total / per_step)} steps would use 80%)")
-    if avail is not None and need > avail:
-        import warnings
-
-        warnings.warn(f"a full replay of {capacity} steps will need {need / gb:.1f} GiB; "
-                      f"{avail / gb:.1f} GiB of memory is available now", stacklevel=3)
-    return need
 
 
 class ReplayBuffer:
@@ -180,8 +67,8 @@ class ReplayBuffer:
         num_streams: int = 1,
         counted: tuple[str, ...] = (),
         forget_whole_episodes: bool = False,
-        overhead_per_step: int = 0,
         frame_stack: int = 0,
+        prioritized: PERSettings | None = None,
     ):
         """``extras``: per-step fields ``{name: (shape, dtype)}`` or ``(shape, dtype,
         initial)``; ``initial`` fills a new step (write-back fields start there).
@@ -190,9 +77,10 @@ class ReplayBuffer:
         write instead of scanned. ``forget_whole_episodes``: when a ring overwrites the first
         step of its oldest episode, that whole episode leaves the buffer (ReF-ER, App. C:
         episodes are removed first in, first out, so stored returns never refer to a step
-        that is gone); otherwise steps leave one at a time. ``overhead_per_step``: bytes per
-        step that other structures following this buffer allocate (prioritized replay's
-        trees), counted in the memory check. ``frame_stack`` F > 0: observations are the last
+        that is gone); otherwise steps leave one at a time. ``prioritized``: sample by
+        rank-based priorities (:mod:`offpolicy.replay.prioritized`, which follows every write
+        of this buffer; its per-slot arrays count in the memory check). ``frame_stack`` F > 0:
+        observations are the last
         F frames stacked on the last axis (``obs_shape`` [..., F]), stored one frame per slot
         (module docstring)."""
         if num_streams < 1:
@@ -225,7 +113,7 @@ class ReplayBuffer:
         per_step = (self.bytes_per_observation(self.obs_shape, obs_dtype, self.frame_stack)
                     + 4 * self.action_dim + 4 + 3
                     + sum(int(np.prod(sh)) * dt.itemsize for sh, dt in self.extra_specs.values())
-                    + int(overhead_per_step))
+                    + (RankPrioritized.bytes_per_step(capacity) if prioritized else 0))
         self.bytes_per_step = per_step  # what the memory check counts per stored step
         self.full_bytes = check_memory(c, per_step)
         # np.zeros maps untouched pages lazily: a 1e6 buffer costs memory only as it fills.
@@ -259,6 +147,13 @@ class ReplayBuffer:
         self.attachments: dict = {}
         # (first slot, last slot) of episodes finished since the last take_closed_episodes()
         self._closed: list[tuple[int, int]] = []
+        self.per: RankPrioritized | None = None
+        if prioritized is not None:
+            self.per = RankPrioritized(self.capacity, prioritized.alpha, prioritized.beta0,
+                                       max(int(prioritized.beta_steps), 1),
+                                       seed=prioritized.seed)
+            self.listeners.append(self.per.on_write)
+            self.attachments["per"] = self.per
 
     # ------------------------------------------------------------------ single-ring views
     @property
@@ -331,6 +226,43 @@ class ReplayBuffer:
     def count(self, name: str) -> float:
         """Running sum of a counted field over the valid transitions."""
         return self._counts[name]
+
+    # ------------------------------------------------------------------ the learner's view
+    @property
+    def prioritized(self) -> bool:
+        return self.per is not None
+
+    def prioritized_sample(self, batch_size: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Slots drawn by priority and their importance weights (prioritized replay only);
+        ``step``: the update count that anneals the weights' exponent."""
+        return self.per.sample(batch_size, step)
+
+    def update_priorities(self, idx: np.ndarray, priority: np.ndarray) -> None:
+        """New priorities (|TD|) of sampled steps (prioritized replay only)."""
+        self.per.update(idx, priority)
+
+    def example_batch(self, kind: str, batch_size: int, length: int = 1
+                      ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A batch of the shapes a ``kind`` sample has (``transitions``, ``sequences`` or
+        ``episodes`` of ``length``), whatever replay holds: for tracing an update."""
+        if kind == "transitions":
+            idx = np.zeros(batch_size, np.int64)
+            return idx, self.gather(idx)
+        steps, batch = self._windows(np.zeros(batch_size, np.int64), length)
+        return steps, batch
+
+    def valid_values(self, name: str) -> np.ndarray:
+        """Field ``name`` (``obs``, ``reward`` or an extra field) of every stored transition."""
+        valid = np.flatnonzero(self.valid)
+        if name == "obs":
+            return self.observations(valid)
+        return (self.extras[name] if name in self.extras else getattr(self, name))[valid]
+
+    def rescale(self, fields: tuple[str, ...], factor: float) -> None:
+        """Multiply extra fields by ``factor`` (stored targets in reward units, when the
+        reward scale changes: ReF-ER App. B)."""
+        for k in fields:
+            self.extras[k] *= factor
 
     @staticmethod
     def bytes_per_observation(obs_shape: tuple[int, ...], obs_dtype, frame_stack: int = 0

@@ -32,15 +32,16 @@ def matmul_gflops(reps: int = 20) -> float:
     return 2 * 1024**3 / float(np.median(times)) / 1e9
 
 
-def update_flops(run, batch: dict | None = None) -> float:
-    """XLA's FLOP count of one update of ``run``'s agent on one batch (default: sampled from
-    its replay)."""
+def update_flops(parts, batch: dict | None = None) -> float:
+    """XLA's FLOP count of one update of the agent of ``parts`` (``build()``'s) on one batch
+    (default: sampled from its replay)."""
     import jax
 
     if batch is None:
-        batch = run.learner.sample()[1]
+        batch = parts.learner.sample()[1]
     key = jax.random.PRNGKey(0)
-    cost = jax.jit(run.agent.update).lower(run.state, batch, key).compile().cost_analysis()
+    cost = jax.jit(parts.agent.update).lower(parts.learner.state, batch,
+                                             key).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return float(cost.get("flops", float("nan")))
 
@@ -54,13 +55,14 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
     tc = run.train
     tc.steps, tc.eval_every, tc.checkpoint_every, tc.quiet = big, big, big, True
     peaks = [matmul_gflops()]
-    t = Run(run, None)
+    t = Run(run, None)  # the real loop, timed as it trains
     t.train(until=warmup, final_eval=False)  # fills replay, compiles
-    flops = update_flops(t)
-    update = jax.jit(t.agent.update, donate_argnums=0)
-    batch = t.learner.sample()[1]
+    parts = t.parts
+    flops = update_flops(parts)
+    update = jax.jit(parts.agent.update, donate_argnums=0)
+    batch = parts.learner.sample()[1]
     key = jax.random.PRNGKey(0)
-    spare = jax.tree_util.tree_map(lambda x: x.copy(), t.state)
+    spare = jax.tree_util.tree_map(lambda x: x.copy(), parts.learner.state)
     spare, _, _ = update(spare, batch, key)
     jax.block_until_ready(spare)
     seg = max(steps // rounds, 1)

@@ -1,10 +1,14 @@
-"""The collector: environments, exploration, normalisers' statistics, episodes, replay writes.
+"""The collector: environments, acting, exploration, episodes; every step goes to a sink.
 
-It owns the K training env copies (``--num-envs``), the host-side exploration noise of
-deterministic policies, the warm-up action sampler, the observation / reward statistics and the
-episode bookkeeping, and writes every step into replay. It never runs an update: actions come
-from outside (the learner's fused update-and-act step, or a policy with parameters it was
-sent), and everything it hands on is plain NumPy, the line a process boundary can go on (Ray).
+It owns the K training env copies (``--num-envs``), the policy it acts with (``HostPolicy``:
+jitted on the host CPU) and the :class:`~offpolicy.training.learner.ActingState` it was last
+given (parameters and the observation statistics it normalises with), the host-side
+exploration noise of deterministic policies, the warm-up action sampler and the episode
+bookkeeping. It never runs an update and never writes replay itself: every step goes to a
+:class:`Sink` as plain NumPy. In one process the sink is the learner's (replay, then the
+running statistics); :class:`ChunkSink` fills NumPy chunks instead, what a collector in
+another process sends (the wire format of remote collectors), replayed into any sink by
+:func:`apply_chunk`.
 
 Time limits: ``truncated`` episodes bootstrap from the next observation, ``terminated`` ones do
 not (replay's ``discount`` is 0 only for termination).
@@ -13,32 +17,96 @@ not (replay's ``discount`` is 0 only for termination).
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 import numpy as np
 
-from offpolicy.agents.acting import HostNoise, NoiseSpec
+from offpolicy.agents.acting import HostNoise, HostPolicy, NoiseSpec
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.envs.vector import EnvCopies
-from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import NonFiniteError
-from offpolicy.replay.storage import ReplayBuffer
+
+
+class Sink(Protocol):
+    """Where a collector's steps go (the replay buffer has these verbs)."""
+
+    def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
+        """The first observation of an episode of env copy ``stream``."""
+
+    def add_batch(self, action, reward, terminated, truncated, next_obs,
+                  extras: dict | None = None) -> None:
+        """One step of every env copy: arrays with a leading K axis, and the behaviour
+        fields of the actions taken."""
+
+
+class ChunkSink:
+    """Steps gathered into plain NumPy arrays: :meth:`take` returns a chunk (a dict of arrays,
+    no objects), :func:`apply_chunk` writes it into another sink in the original order."""
+
+    def __init__(self):
+        self._steps: list[tuple] = []
+        self._starts: list[tuple[int, int, np.ndarray]] = []
+
+    def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
+        self._starts.append((len(self._steps), int(stream), np.array(obs)))
+
+    def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
+        self._steps.append((np.array(action), np.array(reward), np.array(terminated),
+                            np.array(truncated), np.array(next_obs),
+                            {k: np.array(v) for k, v in (extras or {}).items()}))
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def take(self) -> dict[str, Any]:
+        """The chunk gathered since the last take: ``action``, ``reward``, ``terminated``,
+        ``truncated``, ``next_obs`` [n, K, ...], ``extra.<field>`` [n, K, ...], and the
+        episode starts ``start_at`` (steps before each), ``start_stream``, ``start_obs``."""
+        steps, starts = self._steps, self._starts
+        self._steps, self._starts = [], []
+        chunk: dict[str, Any] = {
+            "start_at": np.array([s[0] for s in starts], np.int64),
+            "start_stream": np.array([s[1] for s in starts], np.int64),
+            "start_obs": np.stack([s[2] for s in starts]) if starts else np.zeros((0,)),
+        }
+        for i, name in enumerate(("action", "reward", "terminated", "truncated", "next_obs")):
+            chunk[name] = np.stack([s[i] for s in steps]) if steps else np.zeros((0,))
+        for k in (steps[0][5] if steps else {}):
+            chunk[f"extra.{k}"] = np.stack([s[5][k] for s in steps])
+        return chunk
+
+
+def apply_chunk(chunk: dict[str, Any], sink: Sink) -> None:
+    """Write a :meth:`ChunkSink.take` chunk into ``sink``, starts and steps in their order."""
+    extras = [k for k in chunk if k.startswith("extra.")]
+    starts = list(zip(chunk["start_at"], chunk["start_stream"], chunk["start_obs"]))
+    j = 0
+    for i in range(len(chunk["action"]) + 1):
+        while j < len(starts) and starts[j][0] == i:
+            sink.start_episode(starts[j][2], int(starts[j][1]))
+            j += 1
+        if i < len(chunk["action"]):
+            sink.add_batch(chunk["action"][i], chunk["reward"][i], chunk["terminated"][i],
+                           chunk["truncated"][i], chunk["next_obs"][i],
+                           {k[len("extra."):]: chunk[k][i] for k in extras})
 
 
 class Collector:
-    def __init__(self, env_id: str, num_envs: int, seed: int, spec: ActionSpec,
-                 obs_shape: tuple[int, ...], replay: ReplayBuffer, noise: NoiseSpec | None,
-                 behaviour_fields: dict, obs_norm: ObsNormalizer, reward_scale: RewardScaler,
-                 asynchronous: bool = False, clip_reward: float = 0.0):
+    def __init__(self, env_id: str, num_envs: int, seed: int, spec: ActionSpec, sink: Sink,
+                 policy: HostPolicy, acting, noise: NoiseSpec | None, behaviour_fields: dict,
+                 warmup_steps: int = 0, asynchronous: bool = False, clip_reward: float = 0.0):
+        """``acting``: the learner's ``ActingState`` to start with (:meth:`set_acting`)."""
         self.env_id, self.num_envs, self.seed, self.spec = env_id, num_envs, seed, spec
-        self.replay = replay
+        self.sink, self.policy = sink, policy
         self.envs = EnvCopies(env_id, num_envs, seed, spec, asynchronous)
         self.rng = np.random.Generator(np.random.PCG64(seed + 3))  # warm-up actions
         self.noise = (HostNoise(noise, spec.dim, num_envs,
                                 np.random.Generator(np.random.PCG64(seed + 1)))
                       if noise is not None else None)
-        self.obs_norm, self.reward_scale = obs_norm, reward_scale
-        self.clip_reward = float(clip_reward)  # > 0: replay stores clip(r, -c, c)
-        self.normalizing = obs_norm.enabled or reward_scale.enabled
+        # uniform warm-up actions carry no behaviour density: stochastic policies (no host
+        # noise) warm up by sampling from their initial policy, which replay records
+        self.uniform_warmup_steps = warmup_steps if noise is not None else 0
+        self.clip_reward = float(clip_reward)  # > 0: the sink gets clip(r, -c, c)
         # behaviour info of random warm-up actions: -1 for integer fields (no actor chose it)
         self.default_info = {k: np.full((num_envs, *s), -1 if np.dtype(d).kind in "iu" else 0, d)
                              for k, (s, d) in behaviour_fields.items()}
@@ -48,14 +116,20 @@ class Collector:
         self.obs_n: np.ndarray | None = None  # the same, normalised
         self.ep_return = np.zeros(num_envs, np.float64)
         self.finished: list[float] = []  # returns of episodes finished since the last take
+        self.set_acting(acting)
+
+    def set_acting(self, acting) -> None:
+        """Act with this ``ActingState`` from now on; its parameters reach the host only when
+        the policy is first called with them."""
+        self.acting = acting
+        self._host_params = None
 
     def begin(self, step: int = 0) -> None:
-        """Reset every env copy (at training ``step``) and open an episode for each in
-        replay."""
+        """Reset every env copy (at training ``step``) and open an episode for each."""
         obs = self.envs.reset(self.seed + 1_000_003 * self.resets, step)
         self.resets += 1
         for i in range(self.num_envs):
-            self.replay.start_episode(obs[i], i)
+            self.sink.start_episode(obs[i], i)
         if self.noise is not None:
             self.noise.reset()
         self.ep_return[:] = 0.0
@@ -67,7 +141,22 @@ class Collector:
 
     def _set_obs(self, obs: np.ndarray) -> None:
         self.obs = obs
-        self.obs_n = self.obs_norm(obs) if self.normalizing else obs
+        norm = self.acting.normalizer
+        self.obs_n = norm(obs) if norm.enabled else obs
+
+    # ------------------------------------------------------------------ acting
+    def act(self, step: int, greedy: tuple | None = None) -> tuple[np.ndarray, dict]:
+        """The exploring actions [K, m] and their behaviour info at training ``step``: uniform
+        during warm-up (deterministic policies), else ``greedy`` (an update's fused action)
+        or the policy's on the current parameters, plus the host noise."""
+        if step < self.uniform_warmup_steps:
+            return self.random_actions()
+        if greedy is not None:
+            return self.explore(greedy[0]), greedy[1]
+        if self._host_params is None:
+            self._host_params = self.policy.host_params(self.acting.params)
+        action, info = self.policy.act(self._host_params, self.obs_n, True)
+        return self.explore(action), info
 
     def random_actions(self) -> tuple[np.ndarray, dict]:
         """Uniformly random agent-space actions [K, m] (warm-up)."""
@@ -78,9 +167,10 @@ class Collector:
         """Greedy actions [K, m] plus the host-side noise (deterministic policies)."""
         return greedy if self.noise is None else self.noise(greedy)
 
+    # ------------------------------------------------------------------ stepping
     def step(self, action: np.ndarray, info: dict, step: int) -> None:
-        """Step every env copy with agent-space ``action`` [K, m], write the K transitions
-        (with their behaviour ``info``) into replay, and start new episodes where one ended."""
+        """Step every env copy with agent-space ``action`` [K, m], send the K transitions
+        (with their behaviour ``info``) to the sink, and start new episodes where one ended."""
         if not np.isfinite(action).all():
             raise NonFiniteError(
                 f"the policy produced a non-finite action at step {step}: its parameters "
@@ -96,17 +186,14 @@ class Collector:
         self.ep_return += reward  # the env's reward: returns are reported unclipped
         if self.clip_reward > 0:
             reward = np.clip(reward, -self.clip_reward, self.clip_reward)
-        self.replay.add_batch(action, reward, terminated, truncated, next_obs, info)
+        self.sink.add_batch(action, reward, terminated, truncated, next_obs, info)
         done = terminated | truncated
-        if self.normalizing:
-            self.obs_norm.update(next_obs)
-            self.reward_scale.update(reward, done)
         if done.any():
             for i in np.flatnonzero(done):
                 self.episodes += 1
                 self.finished.append(float(self.ep_return[i]))
                 self.ep_return[i] = 0.0
-                self.replay.start_episode(obs[i], int(i))
+                self.sink.start_episode(obs[i], int(i))
                 if self.noise is not None:
                     self.noise.reset(int(i))
         self._set_obs(obs)
@@ -119,10 +206,7 @@ class Collector:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         d = {"episodes": self.episodes, "resets": self.resets,
-             "rng": self.rng.bit_generator.state,
-             "obs_norm": self.obs_norm.rms.state_dict(),
-             "reward_scale": self.reward_scale.rms.state_dict(),
-             "reward_ret": self.reward_scale.ret.tolist()}
+             "rng": self.rng.bit_generator.state}
         if self.noise is not None:
             d["noise"] = self.noise.state_dict()
         return d
@@ -130,11 +214,6 @@ class Collector:
     def load_state_dict(self, d: dict) -> None:
         self.episodes, self.resets = int(d["episodes"]), int(d["resets"])
         self.rng.bit_generator.state = d["rng"]
-        self.obs_norm.rms.load_state_dict(d["obs_norm"])
-        self.reward_scale.rms.load_state_dict(d["reward_scale"])
-        ret = np.atleast_1d(np.asarray(d["reward_ret"], np.float64))
-        if ret.shape == self.reward_scale.ret.shape:
-            self.reward_scale.ret = ret
         if self.noise is not None and "noise" in d:
             self.noise.load_state_dict(d["noise"])
         self.obs = self.obs_n = None  # the episodes in progress restart from a fresh reset

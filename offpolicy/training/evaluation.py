@@ -9,15 +9,29 @@ policy give identical returns and the same seed gives an identical eval.csv.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import jax
 import numpy as np
 
+from offpolicy.agents.acting import HostPolicy
 from offpolicy.envs.make import make_env, observation_dtype
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import NonFiniteError, env_error
 
 MAX_PARALLEL = 20
 EVAL_SEED_OFFSET = 10_000  # evaluation env i starts from reset(seed=run seed + this + i)
+
+
+def greedy_actions(policy: HostPolicy, params: Any, replacement: Callable | None = None
+                   ) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [n, ...] -> the deterministic actions of ``policy`` with ``params``, or of
+    ``replacement`` (a policy of the same signature: one actor of an ensemble)."""
+    if replacement is None:
+        return lambda obs: policy.act(params, obs, False)[0]
+    jitted = jax.jit(replacement, static_argnums=3)
+    key = jax.random.PRNGKey(0)
+    return lambda obs: np.asarray(jitted(params, obs, key, False)[0])
 
 
 class Evaluator:

@@ -1,12 +1,18 @@
-"""The learner: sampling per the agent's data spec, the jitted update, write-back, metrics.
+"""The learner: replay, the normaliser statistics, sampling per the agent's data spec, the jitted
+update, write-back, metrics.
 
-It owns the agent's state (parameters, targets, optimiser states) and the keys of the update
-and of acting, and reads replay only through ``sample*`` / ``write``. Every update is one jitted
-call, compiled once: it splits its key inside, sums the agent's metrics into an on-device
-accumulator (fetched once per logging interval, where NaN/inf losses are caught) and returns
-the agent's write-back arrays, which go into replay at the sampled indices before the next
-sample. ``update_and_act`` fuses the last update of an env step with the policy for the next
-observations: one dispatch and one host sync per env step.
+It owns the agent's state (parameters, targets, optimiser states), the keys of the update and
+of acting, the replay buffer and the observation / reward statistics, and reads replay only
+through its public methods. Data reaches it through :meth:`Learner.sink` (the collector's
+writes: replay, then the running statistics); what acting needs goes out as one
+:class:`ActingState` (parameters and the observation statistics, versioned by the update
+count), the line a process boundary can go on.
+
+Every update is one jitted call, compiled once: it splits its key inside, sums the agent's
+metrics into an on-device accumulator (fetched once per logging interval, where NaN/inf losses
+are caught) and returns the agent's write-back arrays, which go into replay at the sampled
+indices before the next sample. ``update_and_act`` fuses the last update of an env step with
+the policy for the next observations: one dispatch and one host sync per env step.
 
 Observation normalisation is applied here to every observation-like key of a batch (``obs``,
 ``next_obs``: transitions, sequences and episodes alike) and reward scaling to ``reward``, with
@@ -16,6 +22,7 @@ the statistics current at sampling time, so replay keeps raw data.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -23,42 +30,58 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy.agents.acting import key_to_list
-from offpolicy.agents.base import Agent
+from offpolicy.agents.base import Agent, Contract
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import NonFiniteError
 from offpolicy.replay import stored_returns
-from offpolicy.replay.refer import ER, FAR, ReplaySettings
+from offpolicy.replay.refer import FAR, FAR_FRACTION, PRIORITY, WEIGHT
 from offpolicy.replay.storage import ReplayBuffer
 
 OBS_KEYS = ("obs", "next_obs")
-PRIORITY = "td_abs"  # write-back key of |TD| for prioritized replay (not a replay field)
 RESCALE_EVERY = 1000  # updates between reward-scale recomputations (ReF-ER App. B)
 FINAL_VALUE_CHUNK = 8  # truncated episodes whose V(s_T) one jitted call evaluates
 
 
+@dataclass(frozen=True)
+class ActingState:
+    """What acting needs from the learner: the policy's parameters and the observation
+    statistics to normalise with, as of update ``version``. In one process the normaliser is
+    the learner's own (it moves with every step); a remote collector gets a copy."""
+
+    version: int
+    params: Any
+    normalizer: ObsNormalizer
+
+
+class LearnerSink:
+    """The collector's writes into this process's learner: replay first, then the running
+    observation / reward statistics (the learner's)."""
+
+    def __init__(self, learner: Learner):
+        self.replay, self.learner = learner.replay, learner
+
+    def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
+        self.replay.start_episode(obs, stream)
+
+    def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
+        self.replay.add_batch(action, reward, terminated, truncated, next_obs, extras)
+        self.learner.observe(next_obs, reward, np.asarray(terminated) | np.asarray(truncated))
+
+
 class Learner:
-    def __init__(self, agent: Agent, replay: ReplayBuffer, batch_size: int, seed: int,
-                 obs_norm: ObsNormalizer, reward_scale: RewardScaler,
-                 settings: ReplaySettings = ER, total_updates: int = 1):
+    def __init__(self, agent: Agent, contract: Contract, replay: ReplayBuffer, batch_size: int,
+                 seed: int, obs_norm: ObsNormalizer, reward_scale: RewardScaler):
+        """``obs_norm`` / ``reward_scale``: the statistics this learner owns from now on (a
+        frozen scaler takes them from replay: ReF-ER App. B)."""
         self.agent, self.replay, self.batch_size = agent, replay, batch_size
         self.obs_norm, self.reward_scale = obs_norm, reward_scale
         self.normalizing = obs_norm.enabled or reward_scale.enabled
-        self.settings = settings
         self.updates = 0
-        self.per = None
-        if settings.prioritized:
-            from offpolicy.replay.prioritized import RankPrioritized
-
-            self.per = RankPrioritized(replay.capacity, settings.per_alpha, settings.per_beta0,
-                                       max(int(total_updates), 1), seed=seed + 8)
-            replay.listeners.append(self.per.on_write)
-            replay.attachments["per"] = self.per
         # agents that store their behaviour policy get the memory's far-policy fraction
         self.far_fraction = FAR in agent.writeback_fields
-        self.stored: stored_returns.StoredReturn | None = getattr(agent, "stored_return", None)
+        self.stored = contract.stored_return
         if self.stored is not None:
-            self._state_value = jax.jit(agent.state_value)
-        # ReF-ER App. B: frozen scalers take their statistics from replay, set here
+            self._state_value = jax.jit(contract.state_value)
         self.replay_statistics = reward_scale.frozen
         # distinct buffers for every leaf (targets start as copies), as donation requires
         self.state = jax.tree_util.tree_map(jnp.array, agent.init(jax.random.PRNGKey(seed)))
@@ -112,7 +135,7 @@ class Learner:
     def metric_shapes(self) -> dict[str, tuple[int, ...]]:
         """The update's metrics and their shapes (traced once, abstractly: no compile)."""
         if self._metric_shapes is None:
-            idx, batch = self._example_batch()
+            _, batch = self.example_batch()
             _, metrics, _ = jax.eval_shape(self.agent.update, self.state, batch,
                                            jax.random.PRNGKey(0))
             self._metric_shapes = {k: tuple(v.shape) for k, v in sorted(metrics.items())}
@@ -130,29 +153,48 @@ class Learner:
         return {k: jnp.zeros(s, jnp.float32) for k, s in self.metric_shapes().items()} | {
             "count": jnp.zeros((), jnp.int32)}
 
-    def _example_batch(self):
+    def example_batch(self) -> tuple[np.ndarray, dict]:
         """A batch of the right shapes for tracing, whatever replay holds."""
-        n = self.batch_size
-        d = self.data
-        if d.kind == "transitions":
-            idx = np.zeros(n, np.int64)
-            batch = self.replay.gather(idx)
-            if self.per is not None:
-                batch["weight"] = np.ones(n, np.float32)
-            return idx, self._augment(idx, batch)
-        t = d.length
-        steps = np.zeros((t, n), np.int64)
-        return steps, self._augment(steps, self.replay._windows(steps[0], t)[1])
+        idx, batch = self.replay.example_batch(self.data.kind, self.batch_size, self.data.length)
+        if self.replay.prioritized:
+            batch[WEIGHT] = np.ones(self.batch_size, np.float32)
+        return idx, self._augment(idx, batch)
 
     def _augment(self, idx: np.ndarray, batch: dict) -> dict:
         """Add the memory-wide inputs some agents take: the far-policy fraction n_far / N
         (ReF-ER Eq. 12) and the stored target of each step's successor (V-RACER)."""
         if self.far_fraction:
-            batch["far_fraction"] = np.float32(self.replay.count(FAR) / max(len(self.replay), 1))
+            batch[FAR_FRACTION] = np.float32(self.replay.count(FAR) / max(len(self.replay), 1))
         if self.stored is not None:
             batch[self.stored.next_target] = stored_returns.next_targets(self.replay,
                                                                          self.stored, idx)
         return batch
+
+    # ------------------------------------------------------------------ data in, acting out
+    def sink(self) -> LearnerSink:
+        """Where a collector in this process writes."""
+        return LearnerSink(self)
+
+    def observe(self, next_obs: np.ndarray, reward: np.ndarray, done: np.ndarray) -> None:
+        """The running statistics, from the steps just stored (one per env copy)."""
+        if self.normalizing:
+            self.obs_norm.update(next_obs)
+            self.reward_scale.update(reward, done)
+
+    def acting_state(self) -> ActingState:
+        return ActingState(self.updates, self.agent.acting_params(self.state), self.obs_norm)
+
+    def normalizer_state(self) -> dict:
+        return {"obs_norm": self.obs_norm.rms.state_dict(),
+                "reward_scale": self.reward_scale.rms.state_dict(),
+                "reward_ret": self.reward_scale.ret.tolist()}
+
+    def load_normalizer_state(self, d: dict) -> None:
+        self.obs_norm.rms.load_state_dict(d["obs_norm"])
+        self.reward_scale.rms.load_state_dict(d["reward_scale"])
+        ret = np.atleast_1d(np.asarray(d["reward_ret"], np.float64))
+        if ret.shape == self.reward_scale.ret.shape:
+            self.reward_scale.ret = ret
 
     # ------------------------------------------------------------------ sampling
     def ready(self) -> bool:
@@ -163,10 +205,10 @@ class Learner:
         """A batch per the agent's data spec, normalised."""
         d, n = self.data, self.batch_size
         self._maintain()
-        if self.per is not None:
-            idx, weight = self.per.sample(n, self.updates)
+        if self.replay.prioritized:
+            idx, weight = self.replay.prioritized_sample(n, self.updates)
             batch = self.replay.gather(idx)
-            batch["weight"] = weight
+            batch[WEIGHT] = weight
         elif d.kind == "transitions":
             idx, batch = self.replay.sample(n)
         elif d.kind == "sequences":
@@ -181,15 +223,13 @@ class Learner:
         the reward scale every RESCALE_EVERY updates, stored targets rescaled with it), and
         the stored targets of episodes that ended since the last update."""
         if self.replay_statistics and self.updates % RESCALE_EVERY == 0:
-            valid = self.replay.valid
-            if self.updates == 0 and self.obs_norm.enabled:  # off for frames (run.py)
-                self.obs_norm.set_statistics(self.replay.obs[valid])
+            if self.updates == 0 and self.obs_norm.enabled:  # off for frames (build.py)
+                self.obs_norm.set_statistics(self.replay.valid_values("obs"))
             old = self.reward_scale.factor
-            self.reward_scale.set_second_moment(self.replay.reward[valid])
+            self.reward_scale.set_second_moment(self.replay.valid_values("reward"))
             if self.stored is not None and self.updates > 0:
-                ratio = self.reward_scale.factor / old
-                for k in self.stored.reward_unit_fields:
-                    self.replay.extras[k] *= ratio
+                self.replay.rescale(self.stored.reward_unit_fields,
+                                    self.reward_scale.factor / old)
         if self.stored is not None:
             closed = self.replay.take_closed_episodes()
             if closed:
@@ -209,9 +249,7 @@ class Learner:
             rows = cut[i:i + n]
             obs = self.replay.next_observations(last[rows])
             pad = np.zeros((n - len(rows), *obs.shape[1:]), obs.dtype)
-            obs = np.concatenate([obs, pad]) if len(pad) else obs
-            if self.obs_norm.enabled:
-                obs = self.obs_norm(obs)
+            obs = self.obs_norm(np.concatenate([obs, pad]) if len(pad) else obs)
             values = self._state_value(self.agent.acting_params(self.state), obs)
             out[rows] = np.asarray(values, np.float64)[:len(rows)]
         return out
@@ -270,9 +308,9 @@ class Learner:
         wb = {k: np.asarray(v) for k, v in wb.items()}
         if PRIORITY in wb:
             priority = wb.pop(PRIORITY)
-            if self.per is not None:  # NaN: the agent has no TD error for the step yet
+            if self.replay.prioritized:  # NaN: the agent has no TD error for the step yet
                 known = np.isfinite(priority)
-                self.per.update(idx[known], priority[known])
+                self.replay.update_priorities(idx[known], priority[known])
         if self.stored is not None:
             t = self.stored.target
             delta = wb[t] - batch[t]

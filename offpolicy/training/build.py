@@ -1,0 +1,162 @@
+"""``build(run_config) -> Parts``: the agent and everything around it, without a run.
+
+Everything that can fail on bad input (the env id, the action kind, a cadence the replay cannot
+serve, a memory that does not fit) fails here, before a run directory exists. The parts are
+what a run drives (:mod:`offpolicy.training.run`), what a benchmark times
+(:mod:`offpolicy.training.bench`) and what a remote collector is made of: the agent and its
+:class:`~offpolicy.agents.base.Contract`, the replay buffer, the learner (which owns replay and
+the normaliser statistics), the host policy, and a factory of collectors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from offpolicy import registry
+from offpolicy.agents.acting import HostPolicy
+from offpolicy.agents.base import AgentContext, Contract, check_agent
+from offpolicy.envs.make import (
+    action_spec,
+    frame_stack,
+    is_image_space,
+    make_env,
+    observation_dtype,
+    observation_shape,
+)
+from offpolicy.envs.spaces import ActionSpec
+from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
+from offpolicy.errors import OffpolicyError
+from offpolicy.jax_setup import configure_jax
+from offpolicy.replay.prioritized import PERSettings
+from offpolicy.replay.refer import FAR
+from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.training.collector import Collector, Sink
+from offpolicy.training.learner import Learner
+
+REPORT_REPLAY_BYTES = 2**30  # a replay that can grow past this says how big, at the start
+
+
+@dataclass
+class Parts:
+    run: registry.RunConfig
+    agent: Any
+    contract: Contract
+    spec: ActionSpec  # the agent's actions; every env steps through it
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype  # uint8 frames stay uint8 in replay
+    replay: ReplayBuffer
+    learner: Learner
+    policy: HostPolicy  # the agent's policy, jitted on the host CPU
+
+    def collector(self, sink: Sink | None = None) -> Collector:
+        """The training env copies, acting with the learner's current parameters and writing
+        to ``sink`` (default: the learner's)."""
+        tc = self.run.train
+        return Collector(tc.env, tc.num_envs, tc.seed, self.spec,
+                         sink if sink is not None else self.learner.sink(), self.policy,
+                         self.learner.acting_state(), self.agent.exploration_noise,
+                         self.agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
+                         tc.clip_reward)
+
+
+def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
+    """The parts of ``run``; ``with_replay=False`` allocates a two-step replay per env copy
+    (evaluating or acting with loaded parameters needs none)."""
+    configure_jax()
+    tc = run.train
+    probe = make_env(tc.env, tc.seed)
+    spec = action_spec(probe, tc.discretize)
+    obs_shape, obs_dtype = observation_shape(probe), observation_dtype(probe)
+    image = is_image_space(probe.observation_space)
+    frames = frame_stack(probe)  # stacked Atari frames: replay keeps one per step
+    episode_steps = probe.spec.max_episode_steps if probe.spec is not None else None
+    probe.close()
+    if image and tc.normalize_obs:
+        raise OffpolicyError(
+            f"--normalize-obs does not apply to image observations ({tc.env} gives uint8 "
+            f"frames {obs_shape}, which the network scales by 1/255); drop it")
+    agent = build_agent(run, obs_shape, spec)
+    contract = check_agent(agent)
+    k = tc.num_envs
+    _check_cadence(run, contract, agent)
+    if contract.stored_return is not None:
+        _check_stored_returns(run, episode_steps)
+    replay = ReplayBuffer(
+        tc.buffer_size if with_replay else 2 * k, obs_shape, spec.flat_dim,
+        dict(agent.behaviour_fields) | dict(agent.writeback_fields), obs_dtype=obs_dtype,
+        seed=tc.seed + 2, num_streams=k,
+        counted=(FAR,) if FAR in agent.writeback_fields else (),
+        forget_whole_episodes=tc.replay != "er" or contract.stored_return is not None,
+        frame_stack=frames,
+        prioritized=(PERSettings(tc.per_alpha, tc.per_beta0, int(tc.steps * tc.updates_per_step),
+                                 tc.seed + 8) if tc.replay == "per" else None))
+    if with_replay and replay.full_bytes >= REPORT_REPLAY_BYTES:
+        print(f"offpolicy: replay of {replay.capacity} steps takes up to "
+              f"{replay.full_bytes / 2**30:.1f} GiB when full ({replay.bytes_per_step} bytes "
+              f"per step" + (f"; {frames} stacked frames stored once each" if frames else "")
+              + ")", file=sys.stderr)
+    # App. B statistics come from replay (set by the learner), not from running updates.
+    # Frames are never normalised (the network scales them; per-pixel statistics would cost
+    # 28k floats in every checkpoint): --replay-statistics then scales rewards only.
+    obs_norm = ObsNormalizer(() if image else obs_shape,
+                             (tc.normalize_obs or tc.replay_statistics) and not image,
+                             frozen=tc.replay_statistics)
+    reward_scale = RewardScaler(contract.gamma, tc.normalize_reward or tc.replay_statistics,
+                                k, frozen=tc.replay_statistics)
+    learner = Learner(agent, contract, replay, tc.batch_size, tc.seed, obs_norm, reward_scale)
+    return Parts(run, agent, contract, spec, obs_shape, obs_dtype, replay, learner,
+                 HostPolicy(agent.policy, tc.seed + 6))
+
+
+def build_agent(run: registry.RunConfig, obs_shape: tuple[int, ...], action_spec: ActionSpec):
+    """The agent of ``run`` (its registry entry names the class): built as every agent is,
+    ``Agent(config, obs_shape, action_spec, AgentContext(...))``."""
+    spec = registry.get(run.algo)
+    if action_spec.kind not in spec.action_kinds:
+        raise OffpolicyError(
+            f"{run.algo} does not support {action_spec.kind} actions ({run.train.env} has "
+            f"{action_spec.describe()}); {run.algo} supports: {', '.join(spec.action_kinds)}")
+    module, cls = spec.builder.split(":")
+    agent_cls = getattr(importlib.import_module(module), cls)
+    context = AgentContext(registry.replay_settings(run.train), run.train.segment_length)
+    return agent_cls(run.agent, obs_shape, action_spec, context)
+
+
+def _check_cadence(run: registry.RunConfig, contract: Contract, agent) -> None:
+    tc = run.train
+    if tc.segment_length == 0:
+        return
+    if tc.pipeline:
+        raise OffpolicyError("--pipeline overlaps the per-step update with the env step; it "
+                             "does not apply with --segment-length (choose one)")
+    if not contract.learns_on_segments and tc.replay_ratio == 0:
+        raise OffpolicyError(f"{run.algo} learns from replay only here: --replay-ratio 0 "
+                             "would never update (give a ratio > 0 or learn on-policy)")
+    longest = (tc.buffer_size // tc.num_envs - 1) // 2
+    if agent.data.kind == "sequences" and tc.segment_length > longest:
+        raise OffpolicyError(f"--segment-length {tc.segment_length} is too long for a replay "
+                             f"of {tc.buffer_size} steps over {tc.num_envs} env copies (at most "
+                             f"{longest})")
+
+
+def _check_stored_returns(run: registry.RunConfig, max_steps: int | None) -> None:
+    """Stored return targets (V-RACER) need whole episodes in each env copy's ring and
+    replay-based reward scaling (a running scale would leave stored targets stale)."""
+    tc = run.train
+    per_copy = tc.buffer_size // tc.num_envs
+    if max_steps is not None and per_copy < max_steps + 1:
+        raise OffpolicyError(
+            f"{run.algo} keeps return targets per episode: --buffer-size "
+            f"{tc.buffer_size} gives each of {tc.num_envs} env copies {per_copy} slots, fewer "
+            f"than one {max_steps}-step episode needs ({max_steps + 1}); raise "
+            "--buffer-size or lower --num-envs")
+    if tc.normalize_reward:
+        raise OffpolicyError(
+            f"{run.algo} stores return targets in replay: use --replay-statistics "
+            "(rewards scaled by replay's contents, stored targets rescaled with them) "
+            "instead of --normalize-reward")

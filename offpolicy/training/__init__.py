@@ -1,5 +1,6 @@
-"""The runtime: collector (envs, noise, episodes, replay writes), learner (sampling, the jitted
-update, write-back, metrics) and run (schedule, evaluation, checkpoints, signals, run dir)."""
+"""The runtime: build (config -> parts), collector (envs, acting, episodes; writes to a sink),
+learner (replay, statistics, sampling, the jitted update, write-back, metrics), schedule and
+loops (what is due, one loop per cadence), run (run directory, resume, evaluation, logging)."""
 
 from offpolicy.training.run import Run
 

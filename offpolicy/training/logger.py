@@ -236,6 +236,30 @@ class RunLogger:
                                                  sps=0.0, ret=float("nan"))
             self._progress.start()
 
+    def start(self, clock: Stopwatch, step: int) -> None:
+        """Training (re)starts at ``step``; ``clock`` reads the run's elapsed wall time."""
+        self._clock = clock
+        self.interval_step = step  # where the train.csv row being gathered began
+        self._interval_time = clock()
+        self._last_tick = (time.perf_counter(), step)
+
+    def log_interval(self, step: int, values: dict) -> None:
+        """The train.csv row of the steps since the last one: ``values`` plus the wall time
+        and the env steps per second over the interval."""
+        now = self._clock()
+        self.log_train({"step": step, "wall_time": round(now, 3),
+                        "steps_per_s": (step - self.interval_step)
+                        / max(now - self._interval_time, 1e-9), **values})
+        self.interval_step, self._interval_time = step, self._clock()
+
+    def tick(self, step: int, final: bool = False) -> None:
+        """Refresh the progress bar at most twice a second (and at the end): steps/s since
+        the previous refresh."""
+        now, (t, s) = time.perf_counter(), self._last_tick
+        if now - t > 0.5 or final:
+            self.progress(step, (step - s) / max(now - t, 1e-9))
+            self._last_tick = (now, step)
+
     def progress(self, step: int, sps: float) -> None:
         if self._progress is not None:
             self._progress.update(self._task, completed=step, sps=sps, ret=self.last_eval)

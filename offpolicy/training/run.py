@@ -12,7 +12,6 @@ fresh reset (their transitions so far stay in replay).
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -213,8 +212,7 @@ class Run:
             self.collector.begin(self.step)
         self.schedule.begin(self.step, total, self._ckpt_written)
         self._clock = Stopwatch(self.elapsed)
-        self._interval = (self._clock(), self.step)  # (time, step) the train.csv row began
-        self._progress = (time.perf_counter(), self.step)
+        self._logger.start(self._clock, self.step)
         try:
             loops.choose(tc)(self, total)
         finally:
@@ -231,13 +229,11 @@ class Run:
         self.step, self.elapsed = step, self._clock()
         schedule, collector = self.schedule, self.collector
         if schedule.log_due(step) or self.stopping:
-            t0, s0 = self._interval
-            means = self.learner.flush_metrics(s0, step, self._ckpt_written)
-            self._logger.log_train({"step": step, "wall_time": round(self._clock(), 3),
-                                    "steps_per_s": (step - s0) / max(self._clock() - t0, 1e-9),
-                                    "episodes": collector.episodes,
-                                    "episode_return": collector.mean_finished(), **means})
-            self._interval = (self._clock(), step)
+            means = self.learner.flush_metrics(self._logger.interval_step, step,
+                                               self._ckpt_written)
+            self._logger.log_interval(step, {"episodes": collector.episodes,
+                                             "episode_return": collector.mean_finished(),
+                                             **means})
             schedule.logged(step)
         if self.stopping:
             return True
@@ -245,10 +241,7 @@ class Run:
             self._do_eval()
         if schedule.checkpoint_due(step):
             self.save_checkpoint("latest")
-        now, (t, s) = time.perf_counter(), self._progress
-        if now - t > 0.5 or step >= schedule.total:
-            self._logger.progress(step, (step - s) / max(now - t, 1e-9))  # steps/s lately
-            self._progress = (now, step)
+        self._logger.tick(step, final=step >= schedule.total)
         schedule.progressed(step)
         return False
 

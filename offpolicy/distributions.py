@@ -43,13 +43,13 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 from offpolicy.normal_numerics import (
-    _LOG_SQRT_2PI,
-    _f32,
-    _gauss_legendre,
-    _std_normal_logpdf,
-    _truncated_icdf,
-    _truncation,
-    _uniform,
+    LOG_SQRT_2PI,
+    f32,
+    gauss_legendre,
+    open_uniform,
+    std_normal_logpdf,
+    truncated_icdf,
+    truncation,
 )
 
 Info = dict[str, jax.Array]
@@ -80,14 +80,14 @@ class Gaussian:
 
     def info(self, mean: Any, std: Any) -> Info:
         """The behaviour info of N(mean, std^2) without sampling (std broadcast to mean)."""
-        mean = _f32(mean)
-        return {"mean": mean, "std": jnp.broadcast_to(_f32(std), mean.shape)}
+        mean = f32(mean)
+        return {"mean": mean, "std": jnp.broadcast_to(f32(std), mean.shape)}
 
     def _params(self, p: Any) -> tuple[jax.Array, jax.Array]:
         if isinstance(p, Mapping):
-            return _f32(p["mean"]), _f32(p["std"])
+            return f32(p["mean"]), f32(p["std"])
         mean, std = p
-        return _f32(mean), _f32(std)
+        return f32(mean), f32(std)
 
     def sample(self, key: jax.Array, mean: Any, std: Any) -> tuple[jax.Array, Info]:
         """a = mean + std * eps, eps ~ N(0, I) (reparameterised)."""
@@ -97,15 +97,15 @@ class Gaussian:
 
     def log_prob(self, params: Any, action: jax.Array) -> jax.Array:
         mean, std = self._params(params)
-        z = (_f32(action) - mean) / std
-        return jnp.sum(_std_normal_logpdf(z) - jnp.log(std), axis=-1)
+        z = (f32(action) - mean) / std
+        return jnp.sum(std_normal_logpdf(z) - jnp.log(std), axis=-1)
 
     def mode(self, params: Any) -> jax.Array:
         return self._params(params)[0]
 
     def entropy(self, params: Any) -> jax.Array:
         mean, std = self._params(params)
-        return jnp.sum(jnp.broadcast_to(jnp.log(std) + 0.5 + _LOG_SQRT_2PI, mean.shape), axis=-1)
+        return jnp.sum(jnp.broadcast_to(jnp.log(std) + 0.5 + LOG_SQRT_2PI, mean.shape), axis=-1)
 
     def kl(self, p: Any, q: Any) -> jax.Array:
         """KL(p || q), closed form; swap the arguments for KL(q || p)."""
@@ -124,7 +124,7 @@ class TruncatedGaussian(Gaussian):
     Z = Phi(beta) - Phi(alpha):
 
     * sample: a = mu + s Phi^-1(Phi(alpha) + u Z), u ~ U(eps, 1 - eps) (the inverse CDF),
-      evaluated in float32 without cancellation (see :func:`_truncated_icdf`): exact and finite
+      evaluated in float32 without cancellation (see :func:`truncated_icdf`): exact and finite
       even when the box lies thousands of standard deviations from the mean. The sample is not
       reparameterised (its gradient is stopped);
     * log p(a) = sum_i [ log N(a_i | mu_i, s_i^2) - log Z_i ] inside the box, -inf outside,
@@ -153,13 +153,13 @@ class TruncatedGaussian(Gaussian):
     def sample(self, key: jax.Array, mean: Any, std: Any) -> tuple[jax.Array, Info]:
         info = self.info(mean, std)
         mean, std = info["mean"], info["std"]
-        x = _truncated_icdf(_uniform(key, mean.shape), mean, std, self.low, self.high)
+        x = truncated_icdf(open_uniform(key, mean.shape), mean, std, self.low, self.high)
         return jax.lax.stop_gradient(x), info
 
     def log_prob(self, params: Any, action: jax.Array) -> jax.Array:
         mean, std = self._params(params)
-        action = _f32(action)
-        g = _truncation(mean, std, self.low, self.high)
+        action = f32(action)
+        g = truncation(mean, std, self.low, self.high)
         d = g.sign * (action - g.x_c) / std  # z' - c
         lp = -0.5 * d * (d + 2.0 * g.c) - jnp.log(std) - g.log_zc
         inside = (action >= self.low) & (action <= self.high)
@@ -176,12 +176,12 @@ class TruncatedGaussian(Gaussian):
           variance by the same Gauss-Legendre rule (two-pass variance);
         * tail: s = b - z' on [0, w] has density ~ exp(b s - s^2 / 2), so
           E[s^n] = I_n / I_0 with I_n = J_n(b) - r sum_j C(n, j) w^(n-j) J_j(a), r = exp(w mid)
-          <= exp(-8) (:func:`_mills_moments`);
+          <= exp(-8) (:func:`mills_moments`);
         * straddle (Z > 0.47): with phi(a) / phi(b) = exp(w mid),
           E[z'] = (phi(a) - phi(b)) / Z = (phi(b) / Z) expm1(w mid),
           E[z'^2] = 1 + (a phi(a) - b phi(b)) / Z = 1 + (phi(b) / Z) (a expm1(w mid) - w).
         """
-        g = _truncation(mean, std, self.low, self.high)
+        g = truncation(mean, std, self.low, self.high)
         # straddle (c = 0); phi(b) / Z capped: its value only matters where this branch is taken
         pb = jnp.exp(jnp.minimum(-0.5 * g.b * g.b - g.log_zc, 80.0))
         em1 = jnp.expm1(g.w * g.mid)
@@ -199,7 +199,7 @@ class TruncatedGaussian(Gaussian):
         ed = jnp.where(g.tail, -es, ed)
         var = jnp.where(g.tail, i2 / i0 - es * es, var)
         # quad (c = mid)
-        t, p = _gauss_legendre(jnp.where(g.quad, g.w, 1.0), jnp.where(g.quad, g.mid, 0.0))
+        t, p = gauss_legendre(jnp.where(g.quad, g.w, 1.0), jnp.where(g.quad, g.mid, 0.0))
         p = p / jnp.sum(p, axis=-1, keepdims=True)
         et = jnp.sum(p * t, axis=-1)
         vt = jnp.sum(p * (t - et[..., None]) ** 2, axis=-1)
@@ -227,7 +227,7 @@ class TruncatedGaussian(Gaussian):
         mp, sp = self._params(p)
         mq, sq = self._params(q)
         gp, ed, var = self._moments(mp, sp)
-        gq = _truncation(mq, sq, self.low, self.high)
+        gq = truncation(mq, sq, self.low, self.high)
         neg_h = -(jnp.log(sp) + gp.log_zc + 0.5 * (var + ed * (ed + 2.0 * gp.c)))
         # d_q = e + f d_p (x_cp - x_cq is exact where both are bounds, so no rounding at 1.0)
         e = gq.sign * (gp.x_c - gq.x_c) / sq
@@ -279,13 +279,13 @@ class AdditiveNoise:
         return {"mean": (m, np.float32), "std": (m, np.float32)}
 
     def info(self, action_mean: Any, sigma: Any = None) -> Info:
-        mean = _f32(action_mean)
+        mean = f32(action_mean)
         sigma = self.sigma if sigma is None else sigma
-        return {"mean": mean, "std": jnp.broadcast_to(_f32(sigma), mean.shape)}
+        return {"mean": mean, "std": jnp.broadcast_to(f32(sigma), mean.shape)}
 
     def _params(self, p: Any) -> tuple[jax.Array, jax.Array]:
         if isinstance(p, Mapping):
-            return _f32(p["mean"]), _f32(p["std"])
+            return f32(p["mean"]), f32(p["std"])
         if isinstance(p, tuple):
             info = self.info(*p)
         else:
@@ -300,8 +300,8 @@ class AdditiveNoise:
 
     def log_prob(self, params: Any, action: jax.Array) -> jax.Array:
         mean, std = self._params(params)
-        action = _f32(action)
-        inner = _std_normal_logpdf((action - mean) / std) - jnp.log(std)
+        action = f32(action)
+        inner = std_normal_logpdf((action - mean) / std) - jnp.log(std)
         at_low = log_ndtr((self.low - mean) / std)
         at_high = log_ndtr((mean - self.high) / std)
         lp = jnp.where(action <= self.low, at_low, jnp.where(action >= self.high, at_high, inner))
@@ -354,8 +354,8 @@ class _DiscreteBase:
 
 def _log_probs_from_info(p: Mapping) -> jax.Array:
     if "logits" in p:
-        return jax.nn.log_softmax(_f32(p["logits"]), axis=-1)
-    return jnp.log(_f32(p["probs"]))
+        return jax.nn.log_softmax(f32(p["logits"]), axis=-1)
+    return jnp.log(f32(p["probs"]))
 
 
 @dataclass(frozen=True)
@@ -368,15 +368,15 @@ class Categorical(_DiscreteBase):
     """
 
     def info(self, logits: Any) -> Info:
-        return {"probs": jax.nn.softmax(_f32(logits), axis=-1)}
+        return {"probs": jax.nn.softmax(f32(logits), axis=-1)}
 
     def _log_probs(self, p: Any) -> jax.Array:
         if isinstance(p, Mapping):
             return _log_probs_from_info(p)
-        return jax.nn.log_softmax(_f32(p), axis=-1)
+        return jax.nn.log_softmax(f32(p), axis=-1)
 
     def sample(self, key: jax.Array, logits: Any) -> tuple[jax.Array, Info]:
-        logits = _f32(logits)
+        logits = f32(logits)
         action = jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
         return action, self.info(logits)
 
@@ -394,9 +394,9 @@ class EpsilonGreedy(_DiscreteBase):
     epsilon: float = 0.05
 
     def info(self, q: Any, epsilon: Any = None) -> Info:
-        q = _f32(q)
+        q = f32(q)
         n = q.shape[-1]
-        eps = _f32(self.epsilon if epsilon is None else epsilon)
+        eps = f32(self.epsilon if epsilon is None else epsilon)
         eps = jnp.reshape(eps, eps.shape + (1,) * (q.ndim - eps.ndim)) if eps.ndim else eps
         greedy = jax.nn.one_hot(jnp.argmax(q, axis=-1), n, dtype=jnp.float32)
         return {"probs": (1.0 - eps) * greedy + eps / n}
@@ -412,12 +412,12 @@ class EpsilonGreedy(_DiscreteBase):
         if isinstance(params, Mapping):
             return super().mode(params)
         q = params[0] if isinstance(params, tuple) else params
-        return jnp.argmax(_f32(q), axis=-1).astype(jnp.int32)
+        return jnp.argmax(f32(q), axis=-1).astype(jnp.int32)
 
     def sample(self, key: jax.Array, q: Any, epsilon: Any = None) -> tuple[jax.Array, Info]:
-        q = _f32(q)
+        q = f32(q)
         batch, n = q.shape[:-1], q.shape[-1]
-        eps = _f32(self.epsilon if epsilon is None else epsilon)
+        eps = f32(self.epsilon if epsilon is None else epsilon)
         k_explore, k_action = jax.random.split(key)
         explore = jax.random.uniform(k_explore, batch, jnp.float32) < eps
         random_action = jax.random.randint(k_action, batch, 0, n, jnp.int32)
@@ -491,7 +491,7 @@ class Hybrid:
 
     def split(self, flat: jax.Array) -> tuple[jax.Array, ...]:
         """Flat action [B, flat_dim] -> component actions (int32 [B] for discrete ones)."""
-        flat = _f32(flat)
+        flat = f32(flat)
         parts, start = [], 0
         for _, actor, size in self.components:
             width = actor.flat_dim(size)
@@ -504,7 +504,7 @@ class Hybrid:
         """Component actions -> flat float32 action [B, flat_dim] (inverse of :meth:`split`)."""
         parts = []
         for (_, actor, _), a in zip(self.components, actions):
-            a = _f32(a)
+            a = f32(a)
             parts.append(a[..., None] if actor.discrete else a)
         return jnp.concatenate(parts, axis=-1)
 

@@ -73,7 +73,7 @@ def apply_xla_cpu_defaults() -> list[str]:
 
     A flag the user already sets in ``XLA_FLAGS`` is left as it is; ``OFFPOLICY_XLA_DEFAULTS=off``
     adds none. XLA reads ``XLA_FLAGS`` when its first backend starts, so this runs in
-    :func:`configure_jax`, which the Trainer calls first (every CLI command and ``offpolicy.make``
+    :func:`configure_jax`, which ``build()`` calls first (every CLI command and ``offpolicy.make``
     / ``offpolicy.load`` build one). A program that ran JAX computations before that gets no
     defaults and a warning, and ``XLA_FLAGS`` is left alone (it also keys JAX's compilation
     cache, which must not claim flags that did not apply). Returns the flags added.

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr, ndtr, ndtri
 
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _LN2 = math.log(2.0)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _NARROW = 1e-2  # the sampler treats boxes narrower than this many std as exponential
@@ -26,13 +26,13 @@ _GL_NODES, _GL_WEIGHTS = (np.asarray(v, np.float32)
 _U_EPS = 2.0**-24  # uniforms are clipped to [eps, 1 - eps]: no log(0), no ndtri(0 or 1)
 
 
-def _f32(x: Any) -> jax.Array:
+def f32(x: Any) -> jax.Array:
     return jnp.asarray(x, jnp.float32)
 
 
-def _std_normal_logpdf(z: jax.Array) -> jax.Array:
+def std_normal_logpdf(z: jax.Array) -> jax.Array:
     """log phi(z) = -z^2 / 2 - log sqrt(2 pi)."""
-    return -0.5 * z * z - _LOG_SQRT_2PI
+    return -0.5 * z * z - LOG_SQRT_2PI
 
 
 def _log_sub_exp(x: jax.Array, y: jax.Array) -> jax.Array:
@@ -78,13 +78,13 @@ def _mills_j(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
 
 
 @jax.custom_jvp
-def _mills_moments(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def mills_moments(x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(J_0, J_1, J_2)(x) of :func:`_mills_j`, with the analytic derivatives dJ_n / dx =
     J_{n+1} (rather than autodiff through the continued fraction)."""
     return _mills_j(x)[:3]
 
 
-@_mills_moments.defjvp
+@mills_moments.defjvp
 def _mills_moments_jvp(primals, tangents):
     (x,), (dx,) = primals, tangents
     j0, j1, j2, j3 = _mills_j(x)
@@ -93,7 +93,7 @@ def _mills_moments_jvp(primals, tangents):
 
 def _mills(x: jax.Array) -> jax.Array:
     """Mills ratio M(x) = Phi(x) / phi(x) for x <= 0 (see :func:`_mills_j`)."""
-    return _mills_moments(x)[0]
+    return mills_moments(x)[0]
 
 
 def _inv_log_ndtr(log_p: jax.Array) -> jax.Array:
@@ -107,11 +107,11 @@ def _inv_log_ndtr(log_p: jax.Array) -> jax.Array:
     log_p = jnp.minimum(log_p, -_LN2)
     deep = log_p < -60.0
     x_direct = ndtri(jnp.exp(jnp.maximum(log_p, -60.0)))
-    t = -2.0 * jnp.minimum(log_p, -60.0) - 2.0 * _LOG_SQRT_2PI
+    t = -2.0 * jnp.minimum(log_p, -60.0) - 2.0 * LOG_SQRT_2PI
     return jnp.where(deep, -jnp.sqrt(t - jnp.log(t - jnp.log(t))), x_direct)
 
 
-def _gauss_legendre(w: jax.Array, mid: jax.Array) -> tuple[jax.Array, jax.Array]:
+def gauss_legendre(w: jax.Array, mid: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Nodes t_i and weighted values p_i = (w / 2) omega_i exp(-mid t_i - t_i^2 / 2) of the
     16-point Gauss-Legendre rule for int_{-w/2}^{w/2} exp(-mid t - t^2 / 2) dt = Z / phi(mid)
     (the normal density on [mid - w/2, mid + w/2] relative to phi(mid)). For w < 4 and
@@ -129,7 +129,7 @@ class _Truncation(NamedTuple):
     to a reference point c chosen by regime, where it is O(1) and free of cancellation:
 
     * quad (w < 4 and w |mid| < 8, a moderate box): c = mid, Z / phi(mid) by Gauss-Legendre
-      quadrature (:func:`_gauss_legendre`);
+      quadrature (:func:`gauss_legendre`);
     * tail (otherwise, b <= 0: the mean well outside the box): c = b,
       Z / phi(b) = M(b) - exp(w mid) M(a), M the Mills ratio (no underflow at any depth, and
       exp(w mid) <= exp(-8), so no cancellation);
@@ -150,8 +150,8 @@ class _Truncation(NamedTuple):
     log_zc: jax.Array
     quad: jax.Array
     tail: jax.Array
-    jb: tuple  # _mills_moments(min(b, 0))
-    ja: tuple  # _mills_moments(min(b, 0) - w)
+    jb: tuple  # mills_moments(min(b, 0))
+    ja: tuple  # mills_moments(min(b, 0) - w)
 
 
 def _mirror(mean: jax.Array, std: jax.Array, low: float, high: float):
@@ -166,18 +166,18 @@ def _mirror(mean: jax.Array, std: jax.Array, low: float, high: float):
     return sign, a, b, w, mid, jnp.where(flip, low, high)
 
 
-def _truncation(mean: jax.Array, std: jax.Array, low: float, high: float) -> _Truncation:
+def truncation(mean: jax.Array, std: jax.Array, low: float, high: float) -> _Truncation:
     sign, a, b, w, mid, x_end = _mirror(mean, std, low, high)
     quad = (w < 4.0) & (w * mid > -8.0)
     tail = (b <= 0) & ~quad
     # every branch is evaluated on inputs where it is finite, so gradients stay NaN-free
-    _, p = _gauss_legendre(jnp.where(quad, w, 1.0), jnp.where(quad, mid, 0.0))
+    _, p = gauss_legendre(jnp.where(quad, w, 1.0), jnp.where(quad, mid, 0.0))
     lz_quad = jnp.log(jnp.sum(p, axis=-1))
     b_t = jnp.minimum(b, 0.0)
-    jb, ja = _mills_moments(b_t), _mills_moments(b_t - w)
+    jb, ja = mills_moments(b_t), mills_moments(b_t - w)
     z_tail = jb[0] - jnp.exp(w * (b_t - 0.5 * w)) * ja[0]
     lz_tail = jnp.log(jnp.maximum(z_tail, 1e-30))
-    lz_straddle = _log_sub_exp(log_ndtr(b), log_ndtr(a)) + _LOG_SQRT_2PI
+    lz_straddle = _log_sub_exp(log_ndtr(b), log_ndtr(a)) + LOG_SQRT_2PI
     return _Truncation(
         sign=sign, a=a, b=b, w=w, mid=mid,
         c=jnp.where(quad, mid, jnp.where(tail, b, 0.0)),
@@ -187,7 +187,7 @@ def _truncation(mean: jax.Array, std: jax.Array, low: float, high: float) -> _Tr
         quad=quad, tail=tail, jb=jb, ja=ja)
 
 
-def _truncated_icdf(u: jax.Array, mean: jax.Array, std: jax.Array, low: float, high: float
+def truncated_icdf(u: jax.Array, mean: jax.Array, std: jax.Array, low: float, high: float
                     ) -> jax.Array:
     """The u-quantile (u in (0, 1)) of N(mean, std^2) truncated to [low, high], in float32.
 
@@ -223,7 +223,7 @@ def _truncated_icdf(u: jax.Array, mean: jax.Array, std: jax.Array, low: float, h
     b_t = jnp.minimum(b, 0.0)
     log_t = jnp.log(u * _mills(b_t) + v * jnp.exp(w * (b_t - 0.5 * w)) * _mills(b_t - w))
     # one inverse-normal-CDF evaluation serves both regimes
-    x = _inv_log_ndtr(jnp.where(tail, log_t + _std_normal_logpdf(b_t),
+    x = _inv_log_ndtr(jnp.where(tail, log_t + std_normal_logpdf(b_t),
                                 jnp.minimum(log_pl, log_pr)))
     z = jnp.where(left, x, -x)
     s = jnp.clip(b_t - x, 0.0, w)
@@ -241,5 +241,5 @@ def _truncated_icdf(u: jax.Array, mean: jax.Array, std: jax.Array, low: float, h
     return jnp.clip(x, low, high)
 
 
-def _uniform(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+def open_uniform(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return jnp.clip(jax.random.uniform(key, shape, jnp.float32), _U_EPS, 1.0 - _U_EPS)

@@ -25,7 +25,7 @@ from offpolicy.distributions import (
     TruncatedGaussian,
 )
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.normal_numerics import _mills_moments, _truncated_icdf
+from offpolicy.normal_numerics import mills_moments, truncated_icdf
 
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -268,7 +268,7 @@ def test_mills_moments_and_their_derivatives():
     """J_n(x) = int_0^inf s^n exp(x s - s^2/2) ds (J_0 the Mills ratio) and dJ_n/dx = J_{n+1},
     including 9.2 < -x / sqrt 2 < 9.4 where float32 erfcx underflows."""
     x = np.concatenate([-np.linspace(0.0, 30.0, 61), [-13.1, -13.2, -13.3]]).astype(np.float32)
-    j, dj = jax.jit(lambda x: jax.jvp(_mills_moments, (x,), (jnp.ones_like(x),)))(x)
+    j, dj = jax.jit(lambda x: jax.jvp(mills_moments, (x,), (jnp.ones_like(x),)))(x)
     x64 = _np(x)
     j0 = math.sqrt(math.pi / 2) * _erfc(-x64 / math.sqrt(2.0)) * np.exp(x64 * x64 / 2)
     j1 = 1.0 + x64 * j0
@@ -287,7 +287,7 @@ def test_truncated_quantiles_are_exact_on_another_box():
     uu = np.tile(u, len(cases))
     mm = np.repeat([m for m, _ in cases], len(u)).astype(np.float32)
     ss = np.repeat([s for _, s in cases], len(u)).astype(np.float32)
-    x = _np(jax.jit(_truncated_icdf, static_argnums=(3, 4))(
+    x = _np(jax.jit(truncated_icdf, static_argnums=(3, 4))(
         jnp.asarray(uu), jnp.asarray(mm), jnp.asarray(ss), low, high)).reshape(len(cases), -1)
     for i, (m, s) in enumerate(cases):
         assert np.all(np.diff(x[i]) >= 0), (m, s)

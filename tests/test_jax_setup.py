@@ -53,7 +53,7 @@ def test_too_late_warns_and_leaves_flags_alone(env):
 
 
 def test_this_process_runs_with_the_defaults():
-    """conftest configures JAX like the Trainer does, before XLA starts (it asserts that)."""
+    """conftest configures JAX as build() does, before XLA starts (it asserts that)."""
     version = platform._jaxlib_version() or ""
     if not version.startswith(platform.XLA_CPU_DEFAULTS_JAXLIB):
         pytest.skip("defaults apply to tested jaxlib versions only")

@@ -40,7 +40,7 @@ def _toy(**train):
 # ---------------------------------------------------------------------- the agent contract
 def test_check_agent_returns_the_contract_with_every_optional_default():
     parts = build(_toy(steps=200))
-    assert parts.contract == Contract(gamma=0.9)  # its config's discount, the rest defaults
+    assert parts.contract == Contract()  # every optional member at its default
     vracer = build(registry.resolve("vracer", train_overrides={"env": "Pendulum-v1"}))
     assert vracer.contract.stored_return is not None and vracer.contract.state_value
     ace = build(registry.resolve("ace", train_overrides={"env": "Pendulum-v1"},
@@ -201,3 +201,15 @@ def test_the_import_graph_points_down_and_has_no_cycles():
     for m in graph:
         if m not in state:
             visit(m, [])
+
+
+def test_a_checkpoint_saved_before_any_training_loads(tmp_path):
+    """``Agent.save`` before ``learn`` writes no collector state and no reward statistics:
+    load, evaluate and learn work from it (the learner's statistics keep their start)."""
+    import offpolicy
+
+    agent = offpolicy.make("ddpg", env="Pendulum-v1", quiet=True, hidden=(8, 8), batch_size=8)
+    agent.save(tmp_path / "A")
+    loaded = offpolicy.load(tmp_path / "A")
+    assert loaded.evaluate(1).shape == (1,)
+    loaded.learn(100)

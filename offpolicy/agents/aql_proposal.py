@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from offpolicy.normal_numerics import _LOG_SQRT_2PI, _f32, _std_normal_logpdf
+from offpolicy.normal_numerics import LOG_SQRT_2PI, f32, std_normal_logpdf
 
 
 @dataclass(frozen=True)
@@ -101,22 +101,22 @@ class Proposal:
             idx = jnp.round(value).astype(jnp.int32)[..., None]
             return jnp.take_along_axis(logp, idx, axis=-1)[..., 0]
         z = (value - stats[..., 0]) / self.std
-        return _std_normal_logpdf(z) - math.log(self.std)
+        return std_normal_logpdf(z) - math.log(self.std)
 
     def _entropy_d(self, d: int, stats: jax.Array) -> jax.Array:
         kind, _ = self.sub_actions[d]
         if kind == "discrete":
             logp = jax.nn.log_softmax(stats, axis=-1)
             return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-        return jnp.full(stats.shape[:-1], math.log(self.std) + 0.5 + _LOG_SQRT_2PI)
+        return jnp.full(stats.shape[:-1], math.log(self.std) + 0.5 + LOG_SQRT_2PI)
 
     def _walk(self, params, features, actions=None, key=None, num_samples=None):
         """Sub-action by sub-action: sample (``key``) or read (``actions``) each value; returns
         (values [..., D], log mu [...], the conditional entropies [..., D], and each
         sub-action's statistics given its prefix: logits [..., n_d] or the mean [..., 1])."""
-        features = _f32(features)
+        features = f32(features)
         if actions is not None:
-            actions = _f32(actions)
+            actions = f32(actions)
             shape = actions.shape[:-1]
         else:
             shape = features.shape[:-1] + (num_samples,)

@@ -14,7 +14,7 @@ runtime (``offpolicy.training``) reads only what this protocol declares:
     per step in replay so importance weights pi(a|s) / mu(a|s) can be computed later.
 ``writeback_fields``
     ``{name: (shape, dtype, initial)}``: per-step fields the update refreshes in replay
-    (importance weights, priorities, stored returns). Replay stores them next to the behaviour
+    (importance weights, far-policy flags, stored returns). Replay stores them next to the behaviour
     fields, fills a new step with ``initial`` and returns them in every batch.
 ``init(key) -> state``
     the agent's whole state as a pytree (parameters, targets, optimiser states).
@@ -47,8 +47,6 @@ the :class:`Contract` that :func:`check_agent` returns; the runtime reads the co
     --per-actor``, ACE's Table 3).
 ``inspect(params, obs[1, ...], key) -> dict`` and ``sub_actions`` (default None, ())
     what the policy considered at a state (AQL's proposal, ``offpolicy eval --proposal``).
-``config.gamma`` (default 0.99)
-    the discount the reward normaliser's running return uses.
 
 Every agent is built as ``Agent(config, obs_shape, action_spec, context)``: the algorithm's
 config section, the observation shape, the env's ``ActionSpec`` and an :class:`AgentContext`
@@ -148,22 +146,19 @@ class Contract:
     single_actor_policy: Callable | None = None
     inspect: Callable | None = None
     sub_actions: tuple = ()
-    gamma: float = 0.99
 
 
 def contract(agent: Any) -> Contract:
     """The optional members ``agent`` has, defaults for the rest (no check: see
     :func:`check_agent`)."""
     defaults = Contract()
-    found = {name: getattr(agent, name, getattr(defaults, name))
-             for name in Contract.__dataclass_fields__ if name != "gamma"}
-    gamma = getattr(getattr(agent, "config", None), "gamma", defaults.gamma)
-    return Contract(**found, gamma=float(gamma))
+    return Contract(**{name: getattr(agent, name, getattr(defaults, name))
+                       for name in Contract.__dataclass_fields__})
 
 
 def check_agent(agent: Any) -> Contract:
     """Raise TypeError naming what ``agent`` lacks of the protocol; return its
-    :class:`Contract` (the registry builds every agent through this)."""
+    :class:`Contract` (``training/build.py`` builds every agent through this)."""
     if not isinstance(agent, Agent):
         missing = [n for n in ("data", "behaviour_fields", "writeback_fields",
                                "exploration_noise", "init", "policy", "update", "acting_params")

@@ -1,10 +1,11 @@
 """Rank-based prioritized experience replay (Schaul et al. 2016, "Prioritized Experience Replay").
 
-It sits beside a :class:`~offpolicy.replay.storage.ReplayBuffer` and works on the buffer's
-absolute slot indices: the buffer reports every slot whose transition appears or disappears
-(``replay.listeners.append(per.on_write)``), the learner draws slots and importance weights
-from :meth:`RankPrioritized.sample` and reports the new |TD| errors through
-:meth:`RankPrioritized.update`.
+A :class:`~offpolicy.replay.storage.ReplayBuffer` built with ``prioritized=PERSettings(...)``
+owns one and it works on the buffer's absolute slot indices: the buffer reports every slot
+whose transition appears or disappears (its ``listeners``), the learner draws slots and
+importance weights through ``ReplayBuffer.prioritized_sample`` (:meth:`RankPrioritized.sample`)
+and reports the new |TD| errors through ``ReplayBuffer.update_priorities``
+(:meth:`RankPrioritized.update`).
 
 Sampling law (Sec. 3.3, rank-based variant). With N transitions in memory ranked by |TD|
 (rank 1 = largest), transition i is drawn with

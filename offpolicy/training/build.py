@@ -106,8 +106,8 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     obs_norm = ObsNormalizer(() if image else obs_shape,
                              (tc.normalize_obs or tc.replay_statistics) and not image,
                              frozen=tc.replay_statistics)
-    reward_scale = RewardScaler(contract.gamma, tc.normalize_reward or tc.replay_statistics,
-                                k, frozen=tc.replay_statistics)
+    reward_scale = RewardScaler(run.agent.gamma, tc.normalize_reward or tc.replay_statistics,
+                                k, frozen=tc.replay_statistics)  # every config has its gamma
     learner = Learner(agent, contract, replay, tc.batch_size, tc.seed, obs_norm, reward_scale)
     return Parts(run, agent, contract, spec, obs_shape, obs_dtype, replay, learner,
                  HostPolicy(agent.policy, tc.seed + 6))

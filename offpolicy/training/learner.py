@@ -2,11 +2,11 @@
 update, write-back, metrics.
 
 It owns the agent's state (parameters, targets, optimiser states), the keys of the update and
-of acting, the replay buffer and the observation / reward statistics, and reads replay only
-through its public methods. Data reaches it through :meth:`Learner.sink` (the collector's
-writes: replay, then the running statistics); what acting needs goes out as one
-:class:`ActingState` (parameters and the observation statistics, versioned by the update
-count), the line a process boundary can go on.
+of acting, the replay buffer and the observation / reward statistics, and uses replay through
+its public methods (reading its arrays, never writing them). Data reaches it through
+:meth:`Learner.sink` (the collector's writes: replay, then the running statistics); what
+acting needs goes out as one :class:`ActingState` (parameters and the observation
+statistics, versioned by the update count), the line a process boundary can go on.
 
 Every update is one jitted call, compiled once: it splits its key inside, sums the agent's
 metrics into an on-device accumulator (fetched once per logging interval, where NaN/inf losses
@@ -45,8 +45,11 @@ FINAL_VALUE_CHUNK = 8  # truncated episodes whose V(s_T) one jitted call evaluat
 @dataclass(frozen=True)
 class ActingState:
     """What acting needs from the learner: the policy's parameters and the observation
-    statistics to normalise with, as of update ``version``. In one process the normaliser is
-    the learner's own (it moves with every step); a remote collector gets a copy."""
+    statistics to normalise with, as of update ``version``. In one process it is a view, not a
+    copy: the parameters are the learner's own buffers, which its next update donates (the
+    loops hand the collector a fresh one after every update), and the normaliser is the
+    learner's own object (it moves with every step). Across a process boundary it travels as
+    host arrays and the statistics' state."""
 
     version: int
     params: Any
@@ -190,9 +193,12 @@ class Learner:
                 "reward_ret": self.reward_scale.ret.tolist()}
 
     def load_normalizer_state(self, d: dict) -> None:
+        """Restore what a checkpoint holds of the statistics (an ``Agent.save`` written before
+        any training had no reward statistics: those stay as they are)."""
         self.obs_norm.rms.load_state_dict(d["obs_norm"])
-        self.reward_scale.rms.load_state_dict(d["reward_scale"])
-        ret = np.atleast_1d(np.asarray(d["reward_ret"], np.float64))
+        if "reward_scale" in d:
+            self.reward_scale.rms.load_state_dict(d["reward_scale"])
+        ret = np.atleast_1d(np.asarray(d.get("reward_ret", []), np.float64))
         if ret.shape == self.reward_scale.ret.shape:
             self.reward_scale.ret = ret
 

@@ -31,9 +31,8 @@ def _legacy_state(meta: dict) -> tuple[dict | None, dict]:
                 if k in meta}
         if "actor" in meta:
             coll["noise"] = meta["actor"]
-    norm = {"obs_norm": meta["obs_norm"]} | {k: coll[k] for k in ("reward_scale", "reward_ret")
-                                              if coll and k in coll}
-    return coll or None, norm
+    norm = {k: coll[k] for k in ("reward_scale", "reward_ret") if coll and k in coll}
+    return coll or None, {"obs_norm": meta.get("obs_norm"), **norm}
 
 
 def meta_of(run) -> dict:
@@ -41,7 +40,6 @@ def meta_of(run) -> dict:
     return {"algo": run.run.algo, "best_return": run.best_return, "elapsed": run.elapsed,
             **run.schedule.state_dict(), "collector": run.collector_state(),
             "normalizers": run.learner.normalizer_state(),
-            "obs_norm": run.obs_norm.rms.state_dict(),  # what evaluation reads
             "keys": run.learner.keys_state(), "policy": run.policy.state_dict(),
             "env_seed": run.run.train.seed, "jax_version": jax.__version__,
             "config": run.run.to_dict()}

@@ -49,6 +49,22 @@ class TrainConfig:
                           "AsyncVectorEnv) instead of in this process; they start from a "
                           "fork server, so a script that trains this way needs the "
                           "`if __name__ == '__main__':` guard")
+    num_collectors: int = _f(
+        0, "remote collectors (Ray actors, the 'distributed' extra), each with --num-envs env "
+        "copies, sending chunks of steps to this process's learner; 0 = collect in this "
+        "process", ge=0, le=1024)
+    ray_address: str = _f(
+        "", "a Ray cluster to join with --num-collectors (as `ray start --head` prints it; "
+        "the RAY_ADDRESS variable too); empty = a local Ray instance for this run")
+    sync_every: int = _f(1, "with --num-collectors: updates between publications of the "
+                         "acting parameters (collectors take the newest with their next "
+                         "chunk)", ge=1)
+    collect_steps: int = _f(
+        0, "with --num-collectors: steps of each env copy per chunk a collector sends; 0 = "
+        "--segment-length if set, else 50", ge=0)
+    max_collector_restarts: int = _f(
+        3, "with --num-collectors: collector failures (a crash, a kill, an env exception) "
+        "that are restarted before the run stops with an error", ge=0)
     pipeline: bool = _f(
         False, "overlap the env step with the update: act with parameters one update old "
         "(a departure from the papers' Algorithm 1 by one update; off by default)")

@@ -80,6 +80,12 @@ _DDPG_PRESETS = {
     "refer": {**_REFER_COMMON, "critic_lr": 1e-4, "critic_l2": 1e-4, "actor_lr": 1e-5,
               "gamma": 0.995, "tau": 0.01, "noise": "gaussian", "noise_sigma": 0.2,
               "train": {**_REFER_TRAIN, "batch_size": 128, "replay": "refer"}},
+    # the AQL paper's D3PG baseline (Sec. 5, App. A2): distributed DDPG with 100 collectors,
+    # OU exploration (theta 0.15, sigma 0.2), Adam 2e-4 for actor and critic, batch 32,
+    # gamma 0.99 (D4PG without the distributional critic, as Barth-Maron et al. define D3PG)
+    "d3pg": {"noise": "ou", "noise_theta": 0.15, "noise_sigma": 0.2, "actor_lr": 2e-4,
+             "critic_lr": 2e-4, "gamma": 0.99, "train": {"num_collectors": 100,
+                                                         "batch_size": 32}},
 }
 # V-RACER: the paper's network and App. B scaling by default; "paper" adds its 2^18 memory
 # (the default 1e6 keeps every step of a 20k-100k run; learning starts at one batch)
@@ -310,13 +316,22 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
 STEP_MULTIPLES = ("steps", "eval_every", "checkpoint_every")
 
 
+def chunk_steps(train: C.TrainConfig) -> int:
+    """Steps of each env copy in one remote collector's chunk (``--collect-steps``, default
+    the segment length, else 50)."""
+    return train.collect_steps or train.segment_length or 50
+
+
 def check_step_multiples(train: C.TrainConfig, explicit: set[str]) -> None:
-    """The K env copies (``--num-envs``) step together, K env steps per iteration: a run, its
-    evaluations and its checkpoints land on the asked step only at multiples of K. A value
-    set explicitly (flag, file, preset) that is not one is refused, with the two nearest valid
-    values, rather than overshot; a default that is not one becomes the multiple below it
-    (``--num-envs 3``: evaluations every 9999 steps), which config.yaml records."""
-    k = train.num_envs
+    """The K env copies (``--num-envs``) step together, K env steps per iteration (remote
+    collectors: a chunk of K x ``chunk_steps`` at a time): a run, its evaluations and its
+    checkpoints land on the asked step only at multiples of it. A value set explicitly (flag,
+    file, preset) that is not one is refused, with the two nearest valid values, rather than
+    overshot; a default that is not one becomes the multiple below it (``--num-envs 3``:
+    evaluations every 9999 steps), which config.yaml records."""
+    k = train.num_envs * (chunk_steps(train) if train.num_collectors else 1)
+    what = (f"--num-envs {train.num_envs} x {chunk_steps(train)} steps per collector chunk"
+            if train.num_collectors else f"--num-envs {train.num_envs}")
     for name in STEP_MULTIPLES:
         value = getattr(train, name)
         if value % k and name not in explicit:
@@ -325,8 +340,8 @@ def check_step_multiples(train: C.TrainConfig, explicit: set[str]) -> None:
             below, above = value - value % k, value - value % k + k
             near = f"{below} or {above}" if below else f"{above}"
             raise OffpolicyError(
-                f"--{name.replace('_', '-')} {value} is not a multiple of --num-envs {k} (the "
-                f"{k} env copies step together, so the run would overshoot it): use {near}")
+                f"--{name.replace('_', '-')} {value} is not a multiple of {what} (the env "
+                f"copies step together, so the run would overshoot it): use {near}")
 
 
 def load_yaml(path) -> dict[str, Any]:

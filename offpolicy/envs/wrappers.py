@@ -73,12 +73,20 @@ class RewardScaler:
         self.rms = RunningMeanStd(())
         self.ret = np.zeros(num_envs, np.float64)
 
-    def update(self, reward: np.ndarray, done: np.ndarray) -> None:
-        """``reward``, ``done``: [K] for the K env copies."""
-        if self.enabled and not self.frozen:
+    def update(self, reward: np.ndarray, done: np.ndarray,
+               streams: np.ndarray | None = None) -> None:
+        """``reward``, ``done``: [K] for the K env copies (or for the copies ``streams``)."""
+        if not self.enabled or self.frozen:
+            return
+        if streams is None:
             self.ret = self.ret * self.gamma + reward
             self.rms.update(self.ret)
             self.ret[np.asarray(done, bool)] = 0.0
+            return
+        ret = self.ret[streams] * self.gamma + reward
+        self.rms.update(ret)
+        ret[np.asarray(done, bool)] = 0.0
+        self.ret[streams] = ret
 
     def set_second_moment(self, rewards: np.ndarray) -> None:
         """Scale by 1 / sqrt(mean r^2) of ``rewards`` (ReF-ER App. B, Eq. 16: from replay)."""

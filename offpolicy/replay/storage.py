@@ -374,9 +374,16 @@ class ReplayBuffer:
         for f in self.listeners:
             f(p, np.ones(p.size, bool))
 
-    def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
+    def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None,
+                  streams: np.ndarray | None = None) -> None:
         """One step of every ring at once (a vectorised collector): arrays with a leading
-        ``num_streams`` axis. Rings whose episode ended need ``start_episode`` afterwards."""
+        ``num_streams`` axis. Rings whose episode ended need ``start_episode`` afterwards.
+        ``streams``: one step of these rings only (one remote collector's env copies), the
+        arrays' leading axis theirs."""
+        if streams is not None and len(streams) != self.num_streams:
+            self._add_some(np.asarray(streams, np.int64), action, reward, terminated,
+                           truncated, next_obs, extras or {})
+            return
         if self.num_streams == 1:
             self.add(action[0], reward[0], terminated[0], truncated[0], next_obs[0],
                      **{k: v[0] for k, v in (extras or {}).items()})
@@ -401,6 +408,28 @@ class ReplayBuffer:
         for s in np.flatnonzero(ended):
             self._episode_ended(int(s), int(p[s]))
         self.opens &= ~ended
+
+    def _add_some(self, streams, action, reward, terminated, truncated, next_obs, extras):
+        if not self.opens[streams].all():
+            raise OffpolicyError("ReplayBuffer.add_batch() before start_episode() in a ring")
+        sc = self.stream_capacity
+        p = self.base[streams] + (self.heads[streams] - 1) % sc
+        h = self.base[streams] + self.heads[streams]
+        self._write_step(p, action, reward, terminated, truncated, extras)
+        for s, slot in zip(streams, h):
+            self._overwrite_start(int(s), int(slot))
+        self._invalidate(h[self.valid[h]])
+        self._frames_overwritten(h)
+        self._store_obs(h, np.asarray(next_obs), first=False)
+        self.heads[streams] = (self.heads[streams] + 1) % sc
+        self.sizes[streams] = np.minimum(self.sizes[streams] + 1, sc)
+        self.valid[p] = True
+        self.num_valid += len(streams)
+        self._added(p)
+        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        for j in np.flatnonzero(ended):
+            self._episode_ended(int(streams[j]), int(p[j]))
+        self.opens[streams[ended]] = False
 
     def write(self, idx: np.ndarray, fields: dict[str, np.ndarray],
               mask: np.ndarray | None = None) -> None:
@@ -522,7 +551,8 @@ class ReplayBuffer:
             raise OffpolicyError("cannot sample episodes: replay holds no episode start")
         return self._windows(starts[self.rng.integers(0, starts.size, batch_size)], max_length)
 
-    def recent_segments(self, length: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def recent_segments(self, length: int, streams: np.ndarray | None = None
+                        ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The latest ``length`` transitions of every ring (the on-policy segment of ACER's
         Algorithm 1) in the layout of :meth:`sample_sequences`: ``(idx[T, 2K], batch)``.
 
@@ -531,30 +561,32 @@ class ReplayBuffer:
         ring i to the end of its episode (or of the segment), column ``2i + 1`` from the first
         transition of the episode that started inside the segment (mask all 0 if none did).
         Transitions of episodes that began and ended inside one segment (episodes shorter
-        than the segment) are left to replay sampling.
+        than the segment) are left to replay sampling. ``streams``: these rings only (the ones
+        a remote collector's segment just filled): ``[T, 2 len(streams)]``.
         """
         if length < 1 or 2 * length + 1 > self.stream_capacity:
             raise OffpolicyError(f"segment length must be in [1, "
                                  f"{(self.stream_capacity - 1) // 2}], got {length}")
         sc = self.stream_capacity
+        rings = range(self.num_streams) if streams is None else [int(s) for s in streams]
         back = np.arange(-(2 * length + 1), 0)  # one final-obs slot at most per transition
-        starts = np.empty(2 * self.num_streams, np.int64)
-        empty = np.zeros(2 * self.num_streams, bool)
-        for s in range(self.num_streams):
+        starts = np.empty(2 * len(rings), np.int64)
+        empty = np.zeros(2 * len(rings), bool)
+        for c, s in enumerate(rings):
             slots = self.base[s] + (self.heads[s] + back) % sc  # oldest first
             slots = slots[back >= -self.sizes[s]]
             slots = slots[self.valid[slots]][-length:]
             if len(slots) == 0:
-                starts[2 * s:2 * s + 2] = self.base[s]
-                empty[2 * s:2 * s + 2] = True
+                starts[2 * c:2 * c + 2] = self.base[s]
+                empty[2 * c:2 * c + 2] = True
                 continue
             ends = self.terminated[slots] | self.truncated[slots]
-            starts[2 * s] = slots[0]
+            starts[2 * c] = slots[0]
             later = np.flatnonzero(ends[:-1])  # an episode ended before the segment's last step
             if later.size:
-                starts[2 * s + 1] = slots[later[-1] + 1]
+                starts[2 * c + 1] = slots[later[-1] + 1]
             else:
-                starts[2 * s + 1], empty[2 * s + 1] = slots[0], True
+                starts[2 * c + 1], empty[2 * c + 1] = slots[0], True
         idx, out = self._windows(starts, length)
         out["mask"][:, empty] = 0.0
         return idx, out
@@ -722,15 +754,18 @@ class ReplayBuffer:
             first = self.valid[slots] & ~prev_valid
             self._starts[s] = collections.deque(int(i) for i in slots[first])
 
-    def close_episode(self) -> None:
-        """Abandon the episodes in progress (on resume they restart): each one that holds a
-        transition counts as finished for stored returns (its last transition bootstraps from
-        the stored next observation, as a truncation); the last observation stays invalid."""
+    def close_episode(self, streams: np.ndarray | None = None) -> None:
+        """Abandon the episodes in progress (on resume they restart; a remote collector that
+        died restarts its rings'): each one that holds a transition counts as finished for
+        stored returns (its last transition bootstraps from the stored next observation, as
+        a truncation); the last observation stays invalid. ``streams``: these rings only."""
         sc = self.stream_capacity
-        for s in np.flatnonzero(self.opens):
+        which = np.zeros(self.num_streams, bool)
+        which[np.arange(self.num_streams) if streams is None else np.asarray(streams)] = True
+        for s in np.flatnonzero(self.opens & which):
             starts = self._starts[s]
             p = int(self.base[s] + (self.heads[s] - 2) % sc)  # the latest transition
             last_obs = int(self.base[s] + (self.heads[s] - 1) % sc)
             if starts and starts[-1] != last_obs and self.valid[p]:
                 self._closed.append((starts[-1], p))
-        self.opens[:] = False
+        self.opens[which] = False

@@ -11,6 +11,7 @@ the normaliser statistics), the host policy, and a factory of collectors.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +36,8 @@ from offpolicy.jax_setup import configure_jax
 from offpolicy.replay.prioritized import PERSettings
 from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
-from offpolicy.training.collector import Collector, Sink
-from offpolicy.training.learner import Learner
+from offpolicy.training.collector import ChunkSink, Collector, Sink
+from offpolicy.training.learner import ActingState, Learner
 
 REPORT_REPLAY_BYTES = 2**30  # a replay that can grow past this says how big, at the start
 
@@ -82,7 +83,8 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
             f"frames {obs_shape}, which the network scales by 1/255); drop it")
     agent = build_agent(run, obs_shape, spec)
     contract = check_agent(agent)
-    k = tc.num_envs
+    k = tc.num_envs * max(tc.num_collectors, 1)  # replay rings: every env copy has its own
+    _check_distributed(run)
     _check_cadence(run, contract, agent)
     if contract.stored_return is not None:
         _check_stored_returns(run, episode_steps)
@@ -113,9 +115,11 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
                  HostPolicy(agent.policy, tc.seed + 6))
 
 
-def build_agent(run: registry.RunConfig, obs_shape: tuple[int, ...], action_spec: ActionSpec):
+def build_agent(run: registry.RunConfig, obs_shape: tuple[int, ...], action_spec: ActionSpec,
+                acting_offset: int = 0, acting_total: int = 0):
     """The agent of ``run`` (its registry entry names the class): built as every agent is,
-    ``Agent(config, obs_shape, action_spec, AgentContext(...))``."""
+    ``Agent(config, obs_shape, action_spec, AgentContext(...))``; ``acting_offset`` /
+    ``acting_total``: which of all collectors' env copies this process acts for."""
     spec = registry.get(run.algo)
     if action_spec.kind not in spec.action_kinds:
         raise OffpolicyError(
@@ -123,12 +127,54 @@ def build_agent(run: registry.RunConfig, obs_shape: tuple[int, ...], action_spec
             f"{action_spec.describe()}); {run.algo} supports: {', '.join(spec.action_kinds)}")
     module, cls = spec.builder.split(":")
     agent_cls = getattr(importlib.import_module(module), cls)
-    context = AgentContext(registry.replay_settings(run.train), run.train.segment_length)
+    context = AgentContext(registry.replay_settings(run.train), run.train.segment_length,
+                           acting_offset, acting_total)
     return agent_cls(run.agent, obs_shape, action_spec, context)
+
+
+def collector_seed(seed: int, index: int, incarnation: int) -> int:
+    """The seed of remote collector ``index`` in its ``incarnation``-th start (a restart or a
+    resumed run starts it afresh): distinct env seeds, noise, warm-up and policy keys."""
+    return seed + 7_919 * (index + 1) + 104_729 * incarnation
+
+
+def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0) -> Collector:
+    """Remote collector ``index``'s parts (in its own process): its env copies, the agent's
+    policy on the host CPU and the noise, writing into a :class:`ChunkSink`. It acts for env
+    copies ``index * num_envs`` onwards of all collectors'."""
+    configure_jax()
+    tc = run.train
+    probe = make_env(tc.env, tc.seed)
+    spec, obs_shape = action_spec(probe, tc.discretize), observation_shape(probe)
+    image = is_image_space(probe.observation_space)
+    probe.close()
+    k = tc.num_envs
+    agent = build_agent(run, obs_shape, spec, index * k, tc.num_collectors * k)
+    seed = collector_seed(tc.seed, index, incarnation)
+    normalizer = ObsNormalizer(() if image else obs_shape, False)  # the learner sends its own
+    return Collector(tc.env, k, seed, spec, ChunkSink(), HostPolicy(agent.policy, seed + 6),
+                     ActingState(-1, None, normalizer), agent.exploration_noise,
+                     agent.behaviour_fields, tc.warmup_steps, tc.async_envs, tc.clip_reward)
+
+
+def _check_distributed(run: registry.RunConfig) -> None:
+    tc = run.train
+    if not tc.num_collectors:
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise OffpolicyError("--num-collectors needs Ray: pip install 'offpolicy[distributed]'")
+    if tc.pipeline:
+        raise OffpolicyError("--pipeline overlaps the env step with the update in one process; "
+                             "with --num-collectors the collectors already run beside the "
+                             "learner (choose one)")
+    if tc.segment_length and registry.chunk_steps(tc) != tc.segment_length:
+        raise OffpolicyError(f"--collect-steps {tc.collect_steps} must equal --segment-length "
+                             f"{tc.segment_length}: a collector's chunk is one segment")
 
 
 def _check_cadence(run: registry.RunConfig, contract: Contract, agent) -> None:
     tc = run.train
+    rings = tc.num_envs * max(tc.num_collectors, 1)
     if tc.segment_length == 0:
         return
     if tc.pipeline:
@@ -137,10 +183,10 @@ def _check_cadence(run: registry.RunConfig, contract: Contract, agent) -> None:
     if not contract.learns_on_segments and tc.replay_ratio == 0:
         raise OffpolicyError(f"{run.algo} learns from replay only here: --replay-ratio 0 "
                              "would never update (give a ratio > 0 or learn on-policy)")
-    longest = (tc.buffer_size // tc.num_envs - 1) // 2
+    longest = (tc.buffer_size // rings - 1) // 2
     if agent.data.kind == "sequences" and tc.segment_length > longest:
         raise OffpolicyError(f"--segment-length {tc.segment_length} is too long for a replay "
-                             f"of {tc.buffer_size} steps over {tc.num_envs} env copies (at most "
+                             f"of {tc.buffer_size} steps over {rings} env copies (at most "
                              f"{longest})")
 
 
@@ -148,11 +194,12 @@ def _check_stored_returns(run: registry.RunConfig, max_steps: int | None) -> Non
     """Stored return targets (V-RACER) need whole episodes in each env copy's ring and
     replay-based reward scaling (a running scale would leave stored targets stale)."""
     tc = run.train
-    per_copy = tc.buffer_size // tc.num_envs
+    rings = tc.num_envs * max(tc.num_collectors, 1)
+    per_copy = tc.buffer_size // rings
     if max_steps is not None and per_copy < max_steps + 1:
         raise OffpolicyError(
             f"{run.algo} keeps return targets per episode: --buffer-size "
-            f"{tc.buffer_size} gives each of {tc.num_envs} env copies {per_copy} slots, fewer "
+            f"{tc.buffer_size} gives each of {rings} env copies {per_copy} slots, fewer "
             f"than one {max_steps}-step episode needs ({max_steps + 1}); raise "
             "--buffer-size or lower --num-envs")
     if tc.normalize_reward:

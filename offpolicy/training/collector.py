@@ -203,6 +203,10 @@ class Collector:
         r, self.finished = self.finished, []
         return float(np.mean(r)) if r else math.nan
 
+    def log_values(self, seconds: float) -> dict:
+        """train.csv's episode columns for the interval that ends now."""
+        return {"episodes": self.episodes, "episode_return": self.mean_finished()}
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         d = {"episodes": self.episodes, "resets": self.resets,

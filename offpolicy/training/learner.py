@@ -58,17 +58,21 @@ class ActingState:
 
 class LearnerSink:
     """The collector's writes into this process's learner: replay first, then the running
-    observation / reward statistics (the learner's)."""
+    observation / reward statistics (the learner's). ``streams``: the replay rings of one
+    remote collector's env copies (its stream i is ring ``streams[i]``); None: all rings."""
 
-    def __init__(self, learner: Learner):
-        self.replay, self.learner = learner.replay, learner
+    def __init__(self, learner: Learner, streams: np.ndarray | None = None):
+        self.replay, self.learner, self.streams = learner.replay, learner, streams
 
     def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
-        self.replay.start_episode(obs, stream)
+        self.replay.start_episode(obs, stream if self.streams is None
+                                  else int(self.streams[stream]))
 
     def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
-        self.replay.add_batch(action, reward, terminated, truncated, next_obs, extras)
-        self.learner.observe(next_obs, reward, np.asarray(terminated) | np.asarray(truncated))
+        self.replay.add_batch(action, reward, terminated, truncated, next_obs, extras,
+                              streams=self.streams)
+        self.learner.observe(next_obs, reward, np.asarray(terminated) | np.asarray(truncated),
+                             self.streams)
 
 
 class Learner:
@@ -174,18 +178,27 @@ class Learner:
         return batch
 
     # ------------------------------------------------------------------ data in, acting out
-    def sink(self) -> LearnerSink:
-        """Where a collector in this process writes."""
-        return LearnerSink(self)
+    def sink(self, streams: np.ndarray | None = None) -> LearnerSink:
+        """Where a collector in this process writes (``streams``: the replay rings of one
+        remote collector, whose chunks are applied here)."""
+        return LearnerSink(self, streams)
 
-    def observe(self, next_obs: np.ndarray, reward: np.ndarray, done: np.ndarray) -> None:
-        """The running statistics, from the steps just stored (one per env copy)."""
+    def observe(self, next_obs: np.ndarray, reward: np.ndarray, done: np.ndarray,
+                streams: np.ndarray | None = None) -> None:
+        """The running statistics, from the steps just stored (one per env copy; of the copies
+        ``streams`` when one remote collector's)."""
         if self.normalizing:
             self.obs_norm.update(next_obs)
-            self.reward_scale.update(reward, done)
+            self.reward_scale.update(reward, done, streams)
 
     def acting_state(self) -> ActingState:
         return ActingState(self.updates, self.agent.acting_params(self.state), self.obs_norm)
+
+    def acting_payload(self) -> tuple[int, Any, dict]:
+        """The acting state for another process: (version, host copies of the parameters,
+        the observation statistics' state)."""
+        return (self.updates, jax.device_get(self.agent.acting_params(self.state)),
+                {"enabled": self.obs_norm.enabled, **self.obs_norm.rms.state_dict()})
 
     def normalizer_state(self) -> dict:
         return {"obs_norm": self.obs_norm.rms.state_dict(),
@@ -201,6 +214,11 @@ class Learner:
         ret = np.atleast_1d(np.asarray(d.get("reward_ret", []), np.float64))
         if ret.shape == self.reward_scale.ret.shape:
             self.reward_scale.ret = ret
+
+    def abandon_episodes(self, streams: np.ndarray) -> None:
+        """The episodes in progress in replay rings ``streams`` end where they are (their
+        collector is gone): closed as a resume closes them."""
+        self.replay.close_episode(streams)
 
     # ------------------------------------------------------------------ sampling
     def ready(self) -> bool:
@@ -286,10 +304,11 @@ class Learner:
         self._write_back(idx, batch, wb)
         return np.asarray(action), {k: np.asarray(v) for k, v in info.items()}
 
-    def update_segment(self, length: int) -> None:
+    def update_segment(self, length: int, streams: np.ndarray | None = None) -> None:
         """One update on the latest ``length`` steps of every env copy (ACER's on-policy
-        step), windows in the sequences layout, write-back applied."""
-        idx, batch = self.replay.recent_segments(length)
+        step; of the copies ``streams``, one remote collector's), windows in the sequences
+        layout, write-back applied."""
+        idx, batch = self.replay.recent_segments(length, streams)
         batch = self.normalize(batch)
         self.state, self.acc, self.update_key, wb = self._step_segment(
             self.state, self.acc, self.update_key, batch)

@@ -243,6 +243,10 @@ class RunLogger:
         self._interval_time = clock()
         self._last_tick = (time.perf_counter(), step)
 
+    def interval_seconds(self) -> float:
+        """Wall seconds since the train.csv row being gathered began."""
+        return self._clock() - self._interval_time
+
     def log_interval(self, step: int, values: dict) -> None:
         """The train.csv row of the steps since the last one: ``values`` plus the wall time
         and the env steps per second over the interval."""

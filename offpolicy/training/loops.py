@@ -94,7 +94,11 @@ def pipelined(run, total: int) -> None:
 
 
 def choose(train):
-    """The loop of a run's cadence."""
+    """The loop of a run's cadence (remote collectors: :func:`distributed.distributed`)."""
+    if train.num_collectors:
+        from offpolicy.training.distributed import distributed
+
+        return distributed
     if train.segment_length:
         return segments
     return pipelined if train.pipeline else per_step

@@ -23,6 +23,7 @@ from offpolicy.plotting import last_eval, plot_run
 from offpolicy.training import loops, resume
 from offpolicy.training.build import build
 from offpolicy.training.collector import Collector
+from offpolicy.training.distributed import COLUMNS, RayPool
 from offpolicy.training.evaluation import EVAL_SEED_OFFSET, Evaluator, greedy_actions
 from offpolicy.training.logger import RunLogger, Stopwatch, eval_row
 from offpolicy.training.resume import resume_in_dir
@@ -51,6 +52,8 @@ class Run:
         self._ckpt_written, self._last_ckpt_step = False, -1
         self.best_kept: tuple[str, ...] = ()  # the best checkpoint as of the latest one
         self.signals = StopSignals()
+        # remote collectors (--num-collectors): who runs them, and their statistics
+        self.pool_factory, self.collection = RayPool, None
         self.dir = RunDirectory(run_dir) if run_dir is not None else None
         self.run_dir = self.dir.path if self.dir is not None else None
         if resume:
@@ -78,6 +81,12 @@ class Run:
         return self._collector
 
     @property
+    def episode_source(self):
+        """Where train.csv's episode columns come from: the collector, or the remote ones'
+        statistics."""
+        return self.collection if self.train_cfg.num_collectors else self.collector
+
+    @property
     def state(self) -> Any:
         return self.learner.state
 
@@ -95,12 +104,17 @@ class Run:
 
     @property
     def episodes(self) -> int:
+        if self.collection is not None:
+            return self.collection.episodes
         if self._collector is not None:
             return self._collector.episodes
         return int((self._saved_collector or {}).get("episodes", 0))
 
     def collector_state(self) -> dict:
-        """The collector's state for a checkpoint (the restored one, if it was never built)."""
+        """The collector's state for a checkpoint (the restored one, if it was never built;
+        remote collectors restart afresh: their episode count only)."""
+        if self.collection is not None:
+            return self.collection.state_dict()
         if self._collector is not None:
             return self._collector.state_dict()
         return self._saved_collector or {}
@@ -170,8 +184,9 @@ class Run:
             tc.steps = total
             if self.dir is not None:
                 self.dir.write_config(self.run)
-        self._logger = RunLogger(self.run_dir, self.learner.metric_columns(), total, self.step,
-                                 tc.quiet, f"{self.run.algo} {tc.env} s{tc.seed}")
+        columns = self.learner.metric_columns() + (COLUMNS if tc.num_collectors else [])
+        self._logger = RunLogger(self.run_dir, columns, total, self.step, tc.quiet,
+                                 f"{self.run.algo} {tc.env} s{tc.seed}")
         with self.signals:
             status = self._train(total, final_eval)
         if self.run_dir is not None and status == "completed" and self._last_eval()[0] >= 0:
@@ -208,8 +223,8 @@ class Run:
         if self.step >= tc.eval_every and \
                 self._last_eval()[0] < (self.step // tc.eval_every) * tc.eval_every:
             self._do_eval()  # due when the run stopped, not yet done
-        if not self.collector.started:  # a new run or a restored one: start fresh episodes
-            self.collector.begin(self.step)
+        if not tc.num_collectors and not self.collector.started:
+            self.collector.begin(self.step)  # a new or restored run: start fresh episodes
         self.schedule.begin(self.step, total, self._ckpt_written)
         self._clock = Stopwatch(self.elapsed)
         self._logger.start(self._clock, self.step)
@@ -227,13 +242,12 @@ class Run:
         (whose NaN check precedes every evaluation and checkpoint), the evaluation, the
         checkpoint, the progress bar. True when a signal asked the run to stop."""
         self.step, self.elapsed = step, self._clock()
-        schedule, collector = self.schedule, self.collector
+        schedule = self.schedule
         if schedule.log_due(step) or self.stopping:
             means = self.learner.flush_metrics(self._logger.interval_step, step,
                                                self._ckpt_written)
-            self._logger.log_interval(step, {"episodes": collector.episodes,
-                                             "episode_return": collector.mean_finished(),
-                                             **means})
+            values = self.episode_source.log_values(self._logger.interval_seconds())
+            self._logger.log_interval(step, values | means)
             schedule.logged(step)
         if self.stopping:
             return True

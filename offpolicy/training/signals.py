@@ -14,18 +14,23 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         self.received = None
-
-        def handler(signum, frame):
-            if self.received is not None:  # a second Ctrl-C: stop at once
-                raise KeyboardInterrupt
-            self.received = signum
-
         try:
             for s in (signal.SIGINT, signal.SIGTERM):
-                self._old[s] = signal.signal(s, handler)
+                self._old[s] = signal.signal(s, self._handler)
         except ValueError:  # not the main thread: no signal handling
             pass
         return self
+
+    def _handler(self, signum, frame) -> None:
+        if self.received is not None:  # a second Ctrl-C: stop at once
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def reinstall(self) -> None:
+        """Take the signals back from a library that installed handlers of its own since
+        (Ray's core worker does, and would end the process on SIGTERM without a checkpoint)."""
+        for s in self._old:
+            signal.signal(s, self._handler)
 
     def __exit__(self, *exc) -> None:
         for s, h in self._old.items():

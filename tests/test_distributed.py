@@ -1,0 +1,124 @@
+"""Remote collectors without Ray (issue #30): the chunks, the limiter's arithmetic, exactly-once
+delivery and episode boundaries, restarts after a failure, with in-process collectors
+(``LocalPool``) behind the same protocol as Ray's. tests/test_distributed_ray.py runs Ray."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _helpers import TINY_OVERRIDES, read_csv, tiny_run
+from toy_envs import EPISODE_STEPS
+
+from offpolicy import registry
+from offpolicy.errors import OffpolicyError
+from offpolicy.training import checkpoint
+from offpolicy.training.distributed import LocalPool
+from offpolicy.training.run import Run
+
+TOY = "toy_envs:ToyTerminate-v0"  # obs[0] = t / k: consecutive steps of one episode
+
+
+def _run(tmp_path=None, pool=LocalPool, **train):
+    run = tiny_run(**({"env": TOY, "num_collectors": 2, "collect_steps": 10,
+                       "eval_every": 200, "log_every": 100} | train))
+    r = Run(run, tmp_path)
+    r.pool_factory = pool
+    return r
+
+
+def _assert_no_transition_crosses_episodes(replay):
+    """Every stored transition goes from step t of an episode to its step t + 1."""
+    idx = np.flatnonzero(replay.valid)
+    b = replay.gather(idx)
+    np.testing.assert_allclose(b["next_obs"][:, 0] - b["obs"][:, 0], 1.0 / EPISODE_STEPS,
+                               atol=1e-6)
+    np.testing.assert_array_equal(b["discount"] == 0, b["next_obs"][:, 0] == 1.0)
+
+
+def test_chunks_land_once_each_in_their_collectors_rings():
+    r = _run(steps=400)
+    summary = r.train()
+    assert summary["step"] == 400 and r.replay.num_streams == 2
+    # 400 steps in chunks of 10: episodes of 10 steps, so 40 episodes, 20 per collector ring
+    assert r.collection.episodes == 40 and len(r.replay) == 400
+    # each ring: 200 transitions, 20 final observations, the next episode's first one
+    assert (r.replay.sizes == 221).all()
+    _assert_no_transition_crosses_episodes(r.replay)
+    r.close()
+
+
+def test_the_limiter_holds_updates_per_stored_step(tmp_path):
+    """Updates per stored env step equal --updates-per-step in every logging interval once
+    learning has started (the credit carries the fractions between chunks)."""
+    r = _run(tmp_path / "R", steps=700, updates_per_step=0.3, collect_steps=7, eval_every=700,
+             log_every=140, checkpoint_every=700)
+    r.train(until=700)
+    rows = read_csv(tmp_path / "R" / "train.csv")
+    measured = [float(x["replay_ratio"]) for x in rows[1:]]
+    assert measured and all(abs(m - 0.3) <= 1 / 140 for m in measured), measured
+    assert all(float(x["collector_restarts"]) == 0 for x in rows)
+    r.close()
+
+
+def test_a_failed_collector_restarts_and_no_transition_crosses_the_gap(tmp_path, capsys):
+    """Collector 0's fourth chunk is lost mid-episode (chunks of 7 steps, episodes of 10): its
+    rings' open episodes are closed, it restarts afresh, the run completes exactly."""
+    r = _run(tmp_path / "R", steps=700, collect_steps=7, eval_every=700, log_every=140,
+             checkpoint_every=700, pool=lambda run: LocalPool(run, fail={(0, 3)}))
+    summary = r.train()
+    assert summary["step"] == 700
+    assert "collector 0 failed (RuntimeError: collector 0 lost" in capsys.readouterr().err
+    assert r.collection.restarts == 1
+    _assert_no_transition_crosses_episodes(r.replay)
+    rows = read_csv(tmp_path / "R" / "train.csv")
+    assert float(rows[-1]["collector_restarts"]) == 1
+    r.close()
+
+
+def test_too_many_failures_stop_with_one_line_and_a_checkpoint(tmp_path):
+    r = _run(tmp_path / "R", steps=700, collect_steps=7, eval_every=700, log_every=140,
+             checkpoint_every=700, max_collector_restarts=1,
+             pool=lambda run: LocalPool(run, fail={(0, 3), (0, 6)}))
+    with pytest.raises(OffpolicyError, match="2 failures exceed --max-collector-restarts 1"):
+        r.train()
+    assert checkpoint.has_checkpoint(tmp_path / "R")
+    r.close()
+
+
+def test_checks_before_any_collector_starts(monkeypatch):
+    with pytest.raises(OffpolicyError, match="--pipeline"):
+        Run(tiny_run(num_collectors=2, pipeline=True), None)
+    with pytest.raises(OffpolicyError, match="--collect-steps 10 must equal --segment-length"):
+        Run(registry.resolve("acer", train_overrides={
+            "env": "CartPole-v1", "num_collectors": 2, "collect_steps": 10}), None)
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(OffpolicyError, match=r"pip install 'offpolicy\[distributed\]'"):
+        Run(tiny_run(num_collectors=2), None)
+
+
+def test_chunks_are_multiples_the_run_lands_on():
+    with pytest.raises(OffpolicyError, match=r"multiple of --num-envs 1 x 50 steps per "
+                                             "collector chunk.*use 950 or 1000"):
+        registry.resolve("ddpg", train_overrides={"num_collectors": 2, "steps": 970,
+                                                  **{k: v for k, v in TINY_OVERRIDES.items()
+                                                     if k != "hidden"}})
+
+
+def test_aql_gives_the_first_tenth_of_all_collectors_copies_the_exploring_epsilon():
+    """App. A2: 'the first 10 actors use epsilon = 0.5 and the remaining 0.05' (of 100)."""
+    import gymnasium as gym
+
+    from offpolicy.agents.aql import AQL
+    from offpolicy.agents.base import AgentContext
+    from offpolicy.envs.spaces import ActionSpec
+
+    run = registry.resolve("aql", train_overrides={"env": "CartPole-v1"})
+    spec = ActionSpec.from_gym(gym.spaces.Discrete(2))
+    eps = [float(AQL(run.agent, (4,), spec, AgentContext(acting_offset=i, acting_total=20))
+                 .epsilons(1)[0]) for i in range(20)]
+    np.testing.assert_allclose(eps, [0.5, 0.5] + [0.05] * 18)
+    assert eps == [float(e) for e in AQL(run.agent, (4,), spec).epsilons(20)]

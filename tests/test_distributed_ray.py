@@ -1,0 +1,119 @@
+"""Remote collectors on Ray (issue #30): a 2-collector run, a collector killed mid-run, SIGTERM
+of the learner then --resume, SIGKILL of the learner, and no Ray process left behind. One
+``ray.init(num_cpus=2)`` serves the in-process runs of this module; the CLI runs start (and
+end) their own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from _helpers import (
+    TINY_FLAGS,
+    cli_env,
+    latest_step,
+    read_csv,
+    run_cli,
+    signal_when,
+    start_cli,
+)
+from test_distributed import TOY, _assert_no_transition_crosses_episodes, _run
+
+ray = pytest.importorskip("ray")
+
+from offpolicy.training.distributed import RayPool  # noqa: E402
+
+
+def _ray_processes() -> set[int]:
+    """PIDs of every Ray process on the machine (raylet, GCS, workers, agents)."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "ray::" in cmd or "/ray/" in cmd:
+            out.add(int(d))
+    return out
+
+
+def _settle(before: set[int], timeout: float = 30.0) -> set[int]:
+    """The Ray processes that are not in ``before`` once they had ``timeout`` s to exit."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = _ray_processes() - before
+        if not left:
+            return left
+        time.sleep(0.5)
+    return _ray_processes() - before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_ray():
+    before = _ray_processes()
+    # the workers import the tests' env modules (toy_envs) as the CLI's do
+    env = {"PYTHONPATH": cli_env()["PYTHONPATH"], "JAX_PLATFORMS": "cpu"}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             runtime_env={"env_vars": env})
+    yield
+    ray.shutdown()
+    assert not _settle(before), "Ray processes outlived the module"
+
+
+def test_two_ray_collectors_fill_their_rings():
+    r = _run(steps=400, pool=RayPool)
+    assert r.train()["step"] == 400
+    assert r.collection.episodes == 40 and len(r.replay) == 400
+    _assert_no_transition_crosses_episodes(r.replay)
+    r.close()
+
+
+class KillingPool(RayPool):
+    """Kills collector 0's actor (ray.kill) while it collects its fourth chunk."""
+
+    def launch(self, i, steps, payload, global_step):
+        super().launch(i, steps, payload, global_step)
+        self.asked = getattr(self, "asked", 0) + (i == 0)
+        if i == 0 and self.asked == 4:
+            self.ray.kill(self.actors[0], no_restart=True)
+
+
+def test_a_killed_collector_is_restarted_and_the_run_completes(tmp_path, capsys):
+    r = _run(tmp_path / "R", steps=700, collect_steps=7, eval_every=700, log_every=140,
+             checkpoint_every=700, pool=KillingPool)
+    assert r.train()["step"] == 700
+    err = capsys.readouterr().err
+    assert "collector 0 failed (" in err and "restarted (1 of at most 3)" in err
+    assert r.collection.restarts == 1
+    _assert_no_transition_crosses_episodes(r.replay)
+    assert float(read_csv(tmp_path / "R" / "train.csv")[-1]["collector_restarts"]) == 1
+    r.close()
+
+
+ARGS = ["train", "ddpg", "--env", TOY, *TINY_FLAGS, "--num-collectors", "2",
+        "--collect-steps", "10", "--eval-every", "1000", "--checkpoint-every", "500"]
+
+
+def test_sigterm_then_resume_and_no_ray_process_outlives_the_run(tmp_path):
+    before = _ray_processes()
+    p = start_cli(*ARGS, "--steps", "100000", "--run-dir", "R", cwd=tmp_path)
+    _, err = signal_when(lambda: (latest_step(tmp_path / "R") or 0) >= 500, p, signal.SIGTERM)
+    assert p.returncode == 143, err
+    assert not _settle(before), "the run's Ray instance outlived it"
+    done = run_cli(*ARGS, "--steps", "3000", "--run-dir", "R", "--resume", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [int(r["step"]) for r in read_csv(tmp_path / "R" / "eval.csv")][-1] == 3000
+    assert not _settle(before), "the resumed run's Ray instance outlived it"
+
+
+def test_sigkill_of_the_learner_leaves_no_ray_process(tmp_path):
+    before = _ray_processes()
+    p = start_cli(*ARGS, "--steps", "100000", "--run-dir", "R", cwd=tmp_path)
+    signal_when(lambda: (latest_step(tmp_path / "R") or 0) >= 500, p, signal.SIGKILL)
+    assert not _settle(before, timeout=20), "Ray outlived a killed learner"
+    assert np.isfinite(latest_step(tmp_path / "R"))

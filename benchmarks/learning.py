@@ -93,6 +93,10 @@ SUITES = {
     # issue 31 b): the ACE family with the current default (separate actor layers), against
     # DDPG's two presets (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "ace-separate": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "ddpg", "ddpg-fast"],
+    # issue 30's learning checks with 2 remote collectors, one entry per env: ddpg-c2
+    # (--env Pendulum-v1 --steps 20000), aql-c2 (CartPole-v1, 100000), acer-c2 (CartPole-v1,
+    # 300000), vracer-c2 (InvertedPendulum-v5, 100000)
+    "distributed": ["ddpg-c2", "aql-c2", "acer-c2", "vracer-c2"],
 }
 
 # train.csv diagnostics plotted (log scale) and averaged per entry for these suites
@@ -109,6 +113,9 @@ SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
 # threshold, and the mean return over all evaluations (the area under the curve over its
 # length); keyed by (suite, env)
 SUITE_THRESHOLDS = {("acer-replay", "CartPole-v1"): 475.0,
+                    ("distributed", "Pendulum-v1"): -200.0,
+                    ("distributed", "CartPole-v1"): 475.0,
+                    ("distributed", "InvertedPendulum-v5"): 900.0,
                     ("acer-replay", "LunarLander-v3"): 200.0,
                     ("acer-peers", "CartPole-v1"): 475.0,
                     # DDPG parity: a run that walks (HalfCheetah) or hops (Hopper) steadily
@@ -132,6 +139,10 @@ VARIANTS = {
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
     "ddpg-fast": ("ddpg", ["--preset", "fast"]),
+    "ddpg-c2": ("ddpg", ["--num-collectors", "2"]),
+    "aql-c2": ("aql", ["--num-collectors", "2"]),
+    "acer-c2": ("acer", ["--num-collectors", "2"]),
+    "vracer-c2": ("vracer", ["--num-collectors", "2"]),
     # ReF-ER's comparison: the same DDPG (ACE-paper networks) with each replay; ER and PER
     # measure the KL and far-policy fraction too (--replay-diagnostics)
     "ddpg-er": ("ddpg", ["--replay-diagnostics"]),

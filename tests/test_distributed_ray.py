@@ -24,7 +24,7 @@ from test_distributed import TOY, _assert_no_transition_crosses_episodes, _run
 
 ray = pytest.importorskip("ray")
 
-from offpolicy.training.distributed import RayPool  # noqa: E402
+from offpolicy.training.distributed import RayPool, _spawning  # noqa: E402
 
 
 def _ray_processes() -> set[int]:
@@ -58,8 +58,9 @@ def shared_ray():
     before = _ray_processes()
     # the workers import the tests' env modules (toy_envs) as the CLI's do
     env = {"PYTHONPATH": cli_env()["PYTHONPATH"], "JAX_PLATFORMS": "cpu"}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": env})
+    with _spawning():  # Ray starts its processes with fork + exec: JAX's warning is moot
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR", runtime_env={"env_vars": env})
     yield
     ray.shutdown()
     assert not _settle(before), "Ray processes outlived the module"
@@ -74,13 +75,18 @@ def test_two_ray_collectors_fill_their_rings():
 
 
 class KillingPool(RayPool):
-    """Kills collector 0's actor (ray.kill) while it collects its fourth chunk."""
+    """Kills collector 0's actor (ray.kill) once the learner has 5 chunks: collector 0 then
+    has a chunk in flight (the learner waits for every chunk it asked for), whichever of the
+    two collectors started first on a loaded machine."""
 
-    def launch(self, i, steps, payload, global_step):
-        super().launch(i, steps, payload, global_step)
-        self.asked = getattr(self, "asked", 0) + (i == 0)
-        if i == 0 and self.asked == 4:
+    received = 0
+
+    def next(self):
+        out = super().next()
+        self.received += 1
+        if self.received == 5:
             self.ray.kill(self.actors[0], no_restart=True)
+        return out
 
 
 def test_a_killed_collector_is_restarted_and_the_run_completes(tmp_path, capsys):

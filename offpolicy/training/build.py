@@ -108,8 +108,10 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     obs_norm = ObsNormalizer(() if image else obs_shape,
                              (tc.normalize_obs or tc.replay_statistics) and not image,
                              frozen=tc.replay_statistics)
-    reward_scale = RewardScaler(run.agent.gamma, tc.normalize_reward or tc.replay_statistics,
-                                k, frozen=tc.replay_statistics)  # every config has its gamma
+    # the discount of the running return: the algorithm config's (a test's toy has none)
+    gamma = float(getattr(run.agent, "gamma", 0.99))
+    reward_scale = RewardScaler(gamma, tc.normalize_reward or tc.replay_statistics, k,
+                                frozen=tc.replay_statistics)
     learner = Learner(agent, contract, replay, tc.batch_size, tc.seed, obs_norm, reward_scale)
     return Parts(run, agent, contract, spec, obs_shape, obs_dtype, replay, learner,
                  HostPolicy(agent.policy, tc.seed + 6))

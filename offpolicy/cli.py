@@ -153,7 +153,7 @@ def cmd_train(argv: list[str]) -> int:
                            train_overrides=train_over, agent_overrides=agent_over,
                            env_default=not resume)
     tc = run.train
-    if run.preset and not preset:
+    if not preset and run.preset and run.preset == registry.env_preset(algo, tc.env):
         print(f"offpolicy: {algo} on {tc.env} uses --preset {run.preset} by default "
               f"(--preset {registry.NO_PRESET} for the defaults)", file=sys.stderr)
     run_dir = ns.get("run_dir") or Path("runs") / f"{algo}-{tc.env.replace('/', '_')}-s{tc.seed}"
@@ -289,29 +289,53 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
 
 
 def cmd_plot(argv: list[str]) -> int:
-    p = _Parser(prog="offpolicy plot", description="learning curves, mean +- s.e. over seeds")
-    p.add_argument("runs", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, default=Path("curves.png"))
-    p.add_argument("--title", default="")
+    p = _Parser(prog="offpolicy plot", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                description="learning curves, mean +- standard error over seeds: runs are "
+                "grouped by env (one panel each) and by configuration (the resolved config "
+                "but the seed, length and logging)")
+    p.add_argument("runs", type=Path, nargs="+",
+                   help="run directories, or folders searched for them")
+    p.add_argument("--out", type=Path, default=Path("curves.png"), help="the PNG to write")
+    p.add_argument("--title", default="", help="a title above the panels")
     p.add_argument("--metric", help="plot this train.csv column instead of the evaluation "
-                   "return (e.g. kl_mu_pi, far_policy_fraction, beta, c_max, rho_mean)")
+                   "return (e.g. kl_mu_pi, far_policy_fraction, beta, c_max, rho_mean); runs "
+                   "without it are left out and named")
     p.add_argument("--log", action="store_true", help="logarithmic y axis")
     a = p.parse_args(argv)
-    from offpolicy.plotting import group_runs, plot_groups
+    from offpolicy.plotting import group_by_env, has_metric, plot_envs
 
-    out = plot_groups(group_runs(_run_dirs(a.runs)), a.out, a.title, a.metric, a.log)
-    print(f"wrote {out}")
+    dirs = _run_dirs(a.runs)
+    if a.metric:
+        missing = [d for d in dirs if not has_metric(d, a.metric)]
+        for d in missing:
+            print(f"offpolicy: note: {d} has no train.csv column '{a.metric}'; left out",
+                  file=sys.stderr)
+        dirs = [d for d in dirs if d not in missing]
+        if not dirs:
+            raise OffpolicyError(f"no run has a train.csv column '{a.metric}'")
+    existed = a.out.exists()
+    try:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OffpolicyError(f"cannot write {a.out}: {e}") from e
+    out = plot_envs(group_by_env(dirs), a.out, a.title, a.metric, a.log)
+    print(f"wrote {out}" + (" (replacing the file there)" if existed else ""))
     return 0
 
 
 def cmd_table(argv: list[str]) -> int:
     p = _Parser(prog="offpolicy table",
-                description="best and final evaluation per algorithm (ACE Table 1 style)")
-    p.add_argument("runs", type=Path, nargs="+")
+                description="best and final evaluation per configuration (ACE Table 1 style), "
+                "one table per env; runs are grouped by env and by configuration (the "
+                "resolved config but the seed, length and logging)")
+    p.add_argument("runs", type=Path, nargs="+",
+                   help="run directories, or folders searched for them")
     a = p.parse_args(argv)
-    from offpolicy.plotting import format_table, group_runs, table_rows
+    from offpolicy.plotting import format_table, group_by_env, table_rows
 
-    print(format_table(table_rows(group_runs(_run_dirs(a.runs)))))
+    by_env = group_by_env(_run_dirs(a.runs))
+    print("\n\n".join(f"{env}\n\n{format_table(table_rows(groups))}"
+                      for env, groups in by_env.items()))
     return 0
 
 

@@ -201,22 +201,89 @@ def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str =
     return out
 
 
-def group_runs(run_dirs: list[Path], key: str = "label") -> dict[str, list[Path]]:
-    """Group run directories by algorithm (from config.yaml) for curves and tables."""
+# fields that do not change what a run learns: runs that differ only in these are seeds of one
+# configuration (steps: runs of different lengths are compared at the steps they share)
+NOT_CONFIG = {"train.seed", "train.steps", "train.quiet", "train.log_every",
+              "train.checkpoint_every", "train.save_replay", "train.async_envs",
+              "train.ray_address"}
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flat(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = (" ".join(map(str, v)) if isinstance(v, (list, tuple))
+                                   else f"{v:g}" if isinstance(v, float) else str(v))
+    return out
+
+
+def run_config(run_dir: Path) -> dict[str, str]:
+    """A run's resolved config (config.yaml), flattened (``train.replay``, ``ddpg.actor_lr``,
+    ``preset``...); for a directory without one (a peer's run), its folder names it."""
     import yaml
 
-    groups: dict[str, list[Path]] = defaultdict(list)
+    path = Path(run_dir) / "config.yaml"
+    try:
+        cfg = yaml.safe_load(path.read_text()) if path.exists() else None
+    except (OSError, yaml.YAMLError) as e:
+        raise OffpolicyError(f"cannot read {path}: {' '.join(str(e).split())[:200]}") from e
+    if not isinstance(cfg, dict):
+        return {"algo": Path(run_dir).parent.name or Path(run_dir).name, "train.env": "?"}
+    return _flat(cfg)
+
+
+def _short(field: str) -> str:
+    return field.rsplit(".", 1)[-1]
+
+
+def _labels(keys: list[dict[str, str]]) -> list[str]:
+    """Names for configurations of one env: the algorithm, then what differs between its
+    configurations (``ddpg preset=fast``, ``naf replay=per``). A field a preset explains (it
+    varies only where the preset does) is left to the preset's name."""
+    labels = []
+    for key in keys:
+        algo = key.get("algo", "?")
+        same = [k for k in keys if k.get("algo", "?") == algo]
+        fields = sorted({f for k in same for f in k} - {"algo"})
+        varying = [f for f in fields if len({k.get(f) for k in same}) > 1]
+        if "preset" in varying:
+            varying = [f for f in varying if f == "preset" or any(
+                len({k.get(f) for k in same if k.get("preset") == p}) > 1
+                for p in {k.get("preset") for k in same})]
+        labels.append(" ".join([algo] + [f"{_short(f)}={key.get(f)}" for f in varying]))
+    return labels
+
+
+def group_by_env(run_dirs: list[Path]) -> dict[str, dict[str, list[Path]]]:
+    """Runs grouped by env, then by configuration (the resolved config but for the seed, the
+    length and logging): env -> label -> run directories. Labels name the algorithm and what
+    differs between its configurations; runs of different envs never share a group."""
+    by_env: dict[str, dict[tuple, list[Path]]] = defaultdict(dict)
+    configs: dict[tuple, dict[str, str]] = {}
     for r in run_dirs:
-        cfg_path = Path(r) / "config.yaml"
-        name = Path(r).name
-        if cfg_path.exists():
-            cfg = yaml.safe_load(cfg_path.read_text()) or {}
-            name = cfg.get("label") or cfg.get("algo") or name
-            replay = (cfg.get("train") or {}).get("replay", "er")
-            if not cfg.get("label") and replay != "er":
-                name = f"{name}-{replay}"
-        groups[name].append(Path(r))
-    return dict(groups)
+        cfg = run_config(r)
+        key = tuple(sorted((k, v) for k, v in cfg.items()
+                           if k not in NOT_CONFIG and k != "train.env"))
+        configs[key] = dict(key)
+        by_env[cfg.get("train.env", "?")].setdefault(key, []).append(Path(r))
+    out = {}
+    for env, groups in by_env.items():
+        keys = list(groups)
+        labels = _labels([configs[k] for k in keys])
+        out[env] = {label: groups[k] for label, k in sorted(zip(labels, keys))}
+    return dict(sorted(out.items()))
+
+
+def group_runs(run_dirs: list[Path]) -> dict[str, list[Path]]:
+    """Runs of one env grouped by configuration (label -> run directories); refuses runs of
+    several envs (:func:`group_by_env` keeps them apart)."""
+    by_env = group_by_env(run_dirs)
+    if len(by_env) > 1:
+        raise OffpolicyError(f"these runs are on {len(by_env)} envs ({', '.join(by_env)}); "
+                             "compare one env at a time")
+    return next(iter(by_env.values()), {})
 
 
 def curves(groups: dict[str, list[Path]], metric: str | None = None
@@ -235,27 +302,55 @@ def curves(groups: dict[str, list[Path]], metric: str | None = None
     return out
 
 
-def plot_groups(groups: dict[str, list[Path]], out: str | Path, title: str = "",
-                metric: str | None = None, log: bool = False) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+def _draw(ax, groups: dict[str, list[Path]], metric: str | None, log: bool) -> None:
     for name, (steps, mean, se) in curves(groups, metric).items():
         n = len(groups[name])
-        ax.plot(steps, mean, label=f"{name} (n={n})")
+        # a curve of one or two points is drawn with markers, so that it shows
+        ax.plot(steps, mean, label=f"{name} (n={n})", marker="o" if len(steps) <= 2 else None)
         ax.fill_between(steps, mean - se, mean + se, alpha=0.2)
     ax.set_xlabel("environment steps")
     what = "evaluation return" if metric is None else metric
     ax.set_ylabel(f"{what} (mean over seeds, shaded: s.e.)")
     if log:
         ax.set_yscale("log")
-    if title:
-        ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def has_metric(run_dir: Path, metric: str) -> bool:
+    """Whether a run's train.csv has the column ``metric``."""
+    path = Path(run_dir) / "train.csv"
+    header = parse_csv(path)[0] if path.exists() else []
+    return metric in header
+
+
+def plot_groups(groups: dict[str, list[Path]], out: str | Path, title: str = "",
+                metric: str | None = None, log: bool = False) -> Path:
+    """One env's groups on one axis."""
+    return plot_envs({"": groups}, out, title, metric, log)
+
+
+def plot_envs(by_env: dict[str, dict[str, list[Path]]], out: str | Path, title: str = "",
+              metric: str | None = None, log: bool = False) -> Path:
+    """One panel per env (:func:`group_by_env`), titled with it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(by_env), 1)
+    cols = min(n, 3)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.5 * rows), dpi=110,
+                             squeeze=False)
+    for ax, (env, groups) in zip(axes.ravel(), by_env.items()):
+        _draw(ax, groups, metric, log)
+        if env:
+            ax.set_title(env)
+    for ax in axes.ravel()[len(by_env):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
@@ -283,6 +378,7 @@ def table_rows(groups: dict[str, list[Path]]) -> list[dict]:
             return float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
 
         rows.append({"algorithm": name, "runs": len(runs), "steps": last_step,
+                     "cut": any(int(e["step"][-1]) > last_step for e in evals),
                      "best_mean": float(best.mean()), "best_se": se(best),
                      "final_mean": float(final.mean()), "final_se": se(final)})
     return rows
@@ -298,7 +394,11 @@ def format_table(rows: list[dict], markdown: bool = True) -> str:
     head = "| algorithm | runs | steps | best (mean ± s.e.) | final (mean ± s.e.) |"
     lines = [head, "|---|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['algorithm']} | {r['runs']} | {r['steps']} | "
+        mark = "*" if r.get("cut") else ""
+        lines.append(f"| {r['algorithm']} | {r['runs']} | {r['steps']}{mark} | "
                      f"{_mean_se(r['best_mean'], r['best_se'])} | "
                      f"{_mean_se(r['final_mean'], r['final_se'])} |")
+    if any(r.get("cut") for r in rows):
+        lines.append("\n* runs of different lengths: compared up to the last step every run of "
+                     "the row reached")
     return "\n".join(lines)

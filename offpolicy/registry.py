@@ -310,6 +310,8 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")
     check_step_multiples(train, set().union(*sources))
+    if preset is None and spec.presets.get("paper") == {}:
+        preset = "paper"  # the defaults are the paper's setting: config.yaml says which
     return RunConfig(algo, train, agent, preset)
 
 

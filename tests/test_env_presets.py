@@ -31,7 +31,8 @@ def test_platform_defaults_to_small_and_none_opts_out(algo):
 
 def test_other_envs_and_algorithms_have_no_env_preset():
     assert registry.resolve("aql", train_overrides={"env": "CartPole-v1"}).preset is None
-    assert registry.resolve("ddpg", train_overrides={"env": PLATFORM}).preset is None
+    # DDPG's defaults are its paper preset, which config.yaml names; no env default applies
+    assert registry.resolve("ddpg", train_overrides={"env": PLATFORM}).preset == "paper"
     assert registry.env_preset("aql", PLATFORM) == "small"
     assert registry.env_preset("aql", "CartPole-v1") is None
 

@@ -19,7 +19,7 @@ NOT_OURS  := grep -v "^WARNING: Location '.*' is ignored: it is neither a file n
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q --upgrade pip 2>&1 | { $(NOT_OURS); }
-	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,distributed,dev]" 2>&1 | { $(NOT_OURS); }
+	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,distributed,tensorboard,dev]" 2>&1 | { $(NOT_OURS); }
 	touch $(STAMP)
 
 # DDPG on Pendulum-v1 for 20k steps; writes $(RUN)/curve.png and prints the final return.

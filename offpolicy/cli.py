@@ -12,131 +12,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import traceback
-import typing
 from pathlib import Path
 
 from offpolicy import __version__, registry
-from offpolicy import config as C
 from offpolicy.errors import OffpolicyError, did_you_mean
-
-# argparse reads "-1e-3" as a flag (its negative-number test knows no exponent): such a value
-# after an option that takes one is joined to it, "--vracer.lr=-1e-3", which argparse reads
-_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises OffpolicyError (one line) instead of printing usage and exiting."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        joined: list[str] = []
-        i = 0
-        while i < len(args):
-            a = args[i]
-            action = self._option_string_actions.get(a)
-            if (action is not None and action.nargs != 0 and i + 1 < len(args)
-                    and _NEGATIVE_NUMBER.match(args[i + 1])):
-                joined.append(f"{a}={args[i + 1]}")
-                i += 2
-                continue
-            joined.append(a)
-            i += 1
-        return super().parse_known_args(joined, namespace)
-
-    def error(self, message: str) -> typing.NoReturn:
-        if message.startswith("unrecognized arguments:"):
-            flags = [a for a in message.split(":", 1)[1].split() if a.startswith("-")]
-            known = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
-            bad = flags[0] if flags else message.split(":", 1)[1].strip()
-            hint = did_you_mean(bad.split("=")[0], known)
-            raise OffpolicyError(
-                f"{self.prog}: unknown flag {bad}{hint} (valid: {', '.join(known)})")
-        raise OffpolicyError(f"{self.prog}: {message}")
-
-
-def _flag(prefix: str, name: str) -> str:
-    return "--" + (prefix + "." if prefix else "") + name.replace("_", "-")
-
-
-def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str, defaults) -> None:
-    group = parser.add_argument_group(f"{prefix or 'training'} options")
-    for f in C.fields_of(cls):
-        tp = C.field_type(cls, f)
-        dest = (prefix + "." if prefix else "") + f.name
-        default = getattr(defaults, f.name)
-        help_ = f"{f.metadata.get('help', '')} (default: {default})"
-        kw = dict(dest=dest, default=argparse.SUPPRESS, help=help_)
-        if tp is bool:
-            group.add_argument(_flag(prefix, f.name), action=argparse.BooleanOptionalAction, **kw)
-        elif typing.get_origin(tp) is tuple:
-            group.add_argument(_flag(prefix, f.name), type=int, nargs="+", metavar="N", **kw)
-        else:
-            choices = f.metadata.get("choices")
-            group.add_argument(_flag(prefix, f.name), type=tp, choices=choices,
-                               metavar=None if choices else f.name.upper(), **kw)
-
-
-def _train_parser(algo: str) -> _Parser:
-    spec = registry.get(algo)
-    p = _Parser(prog=f"offpolicy train {algo}", description=spec.description,
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--run-dir", type=Path, default=argparse.SUPPRESS,
-                   help="run directory (default: runs/<algo>-<env>-s<seed>)")
-    p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
-                   help="YAML file with train: and section keys (as a run's config.yaml)")
-    p.add_argument("--preset", choices=[*spec.presets, registry.NO_PRESET],
-                   default=argparse.SUPPRESS,
-                   help="named hyper-parameter preset: " + _describe_presets(spec))
-    p.add_argument("--resume", action="store_true", default=False,
-                   help="continue the run in --run-dir from its latest checkpoint")
-    # the defaults shown are this algorithm's resolved ones (its own batch size, replay,
-    # memory...), not the dataclasses'
-    defaults = registry.resolve(algo)
-    _add_fields(p, C.TrainConfig, "", defaults.train)
-    _add_fields(p, spec.config_cls, spec.section, defaults.agent)
-    return p
-
-
-def _describe_presets(spec) -> str:
-    """``name (--flag value, ...)`` for each preset, as the help of ``--preset``."""
-
-    def pair(prefix: str, name: str, value) -> str:
-        flag = _flag(prefix, name)
-        if isinstance(value, bool):  # BooleanOptionalAction: --x / --no-x
-            return flag if value else "--no-" + flag[2:]
-        shown = " ".join(map(str, value)) if isinstance(value, (tuple, list)) else value
-        return f"{flag} {shown}"
-
-    out = []
-    for name, values in spec.presets.items():
-        values = dict(values)
-        pairs = [pair("", k, v) for k, v in (values.pop("train", None) or {}).items()]
-        pairs += [pair(spec.section, k, v) for k, v in values.items()]
-        out.append(f"{name} ({', '.join(pairs) or 'the defaults'})")
-    out.append(f"{registry.NO_PRESET} (the defaults, also on an env with a default preset)")
-    text = "; ".join(out)
-    if spec.env_presets:
-        text += ". Default on " + ", ".join(f"{env}: {name}"
-                                            for env, name in spec.env_presets.items())
-    return text.replace("%", "%%")  # argparse %-formats help strings
-
-
-def _split_flags(ns: dict, section: str) -> tuple[dict, dict]:
-    """Parsed flags -> (training-loop overrides, algorithm-section overrides)."""
-    train_names = {f.name for f in C.fields_of(C.TrainConfig)}
-    train = {k: v for k, v in ns.items() if k in train_names}
-    agent = {k.split(".", 1)[1]: v for k, v in ns.items() if k.startswith(section + ".")}
-    return train, agent
+from offpolicy.train_args import Parser as _Parser
+from offpolicy.train_args import split_flags as _split_flags
+from offpolicy.train_args import train_parser as _train_parser
 
 
 def cmd_train(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: offpolicy train ALGO --env ENV_ID [--steps N] [--seed S] [--run-dir DIR] "
+        print("usage: offpolicy train ALGO [--env ENV_ID] [--steps N] [--seed S] [--run-dir DIR] "
               "[--config FILE.yaml] [--preset NAME] [--resume] [--<section>.<field> VALUE ...]\n"
+              "(--env defaults to Pendulum-v1, --steps to 100000)\n"
               f"algorithms: {', '.join(registry.ALGORITHMS)}\n"
               "see `offpolicy train ALGO --help` for every flag")
         return 0
@@ -156,7 +48,12 @@ def cmd_train(argv: list[str]) -> int:
     if not preset and run.preset and run.preset == registry.env_preset(algo, tc.env):
         print(f"offpolicy: {algo} on {tc.env} uses --preset {run.preset} by default "
               f"(--preset {registry.NO_PRESET} for the defaults)", file=sys.stderr)
-    run_dir = ns.get("run_dir") or Path("runs") / f"{algo}-{tc.env.replace('/', '_')}-s{tc.seed}"
+    from offpolicy.training.run import Run
+    from offpolicy.training.rundir import RunDirectory, default_run_dir, resumed_config
+
+    run_dir = ns.get("run_dir") or default_run_dir(run, new=not resume)
+    if not resume:  # before the env is built: a taken directory is refused at once
+        RunDirectory(run_dir).check_new()
     if resume and Path(run_dir).is_dir() and not (Path(run_dir) / "config.yaml").exists() \
             and not any(Path(run_dir).iterdir()):
         # killed before it wrote anything: there is nothing to continue
@@ -165,9 +62,6 @@ def cmd_train(argv: list[str]) -> int:
         resume = False
         run = registry.resolve(algo, preset=preset, file_dict=file_dict,
                                train_overrides=train_over, agent_overrides=agent_over)
-    from offpolicy.training.run import Run
-    from offpolicy.training.rundir import resumed_config
-
     if resume:
         fd = file_dict or {}
         preset_train, preset_agent = registry.get(algo).preset_fields(preset)
@@ -200,6 +94,9 @@ def cmd_bench(argv: list[str]) -> int:
     registry.get(algo)
     p = _train_parser(algo)
     p.prog = f"offpolicy bench {algo}"
+    for action in p._actions:  # the benchmark's env default is not training's
+        if action.dest == "env":
+            action.help = "Gymnasium environment id (default: HalfCheetah-v5)"
     p.add_argument("--bench-steps", type=int, default=3000, help="timed env steps")
     p.add_argument("--bench-warmup", type=int, default=1000, help="steps before timing")
     p.add_argument("--rounds", type=int, default=3, help="alternating loop/update segments")
@@ -230,10 +127,13 @@ def cmd_bench(argv: list[str]) -> int:
 
 
 def cmd_eval(argv: list[str]) -> int:
-    p = _Parser(prog="offpolicy eval", description="evaluate a run's checkpoint")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--checkpoint", choices=("latest", "best"), default="latest")
+    p = _Parser(prog="offpolicy eval", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                description="evaluate a run's checkpoint: deterministic episodes on the "
+                "evaluation seeds")
+    p.add_argument("run_dir", type=Path, help="a run directory, or an Agent.save directory")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to evaluate")
+    p.add_argument("--checkpoint", choices=("latest", "best"), default="latest",
+                   help="which checkpoint of a run directory")
     p.add_argument("--per-actor", action="store_true",
                    help="also evaluate each actor of an ensemble alone (ACE Table 3)")
     p.add_argument("--proposal", action="store_true",
@@ -248,9 +148,12 @@ def cmd_eval(argv: list[str]) -> int:
 
     agent = load(a.run_dir, a.checkpoint)
     t = agent.run
+    import numpy as np
+
     returns = t.evaluate(a.episodes)
     print(f"{t.run.algo} {t.run.train.env} step {t.step} ({a.checkpoint}): return "
-          f"{returns.mean():.2f} +- {returns.std():.2f} (std over {a.episodes} episodes)")
+          f"{returns.mean():.2f} +- {returns.std() / np.sqrt(a.episodes):.2f} (s.e. over "
+          f"{a.episodes} episode{'s' if a.episodes != 1 else ''}; std {returns.std():.2f})")
     if a.per_actor:
         n = t.contract.num_actors
         if not n:
@@ -307,9 +210,10 @@ def cmd_plot(argv: list[str]) -> int:
     dirs = _run_dirs(a.runs)
     if a.metric:
         missing = [d for d in dirs if not has_metric(d, a.metric)]
-        for d in missing:
-            print(f"offpolicy: note: {d} has no train.csv column '{a.metric}'; left out",
-                  file=sys.stderr)
+        if missing:  # one line, however many
+            which = ", ".join(str(d) for d in missing)
+            print(f"offpolicy: note: left out {len(missing)} run{'s' * (len(missing) > 1)} "
+                  f"without a train.csv column '{a.metric}': {which}", file=sys.stderr)
         dirs = [d for d in dirs if d not in missing]
         if not dirs:
             raise OffpolicyError(f"no run has a train.csv column '{a.metric}'")
@@ -342,33 +246,141 @@ def cmd_table(argv: list[str]) -> int:
 def cmd_list(argv: list[str]) -> int:
     _Parser(prog="offpolicy list", description="algorithms, action kinds, presets").parse_args(
         argv)
-    def presets(a) -> str:  # an env's default preset as "small on offpolicy/Platform-v0"
-        env_defaults = "".join(f" ({name} on {env})" for env, name in a.env_presets.items())
-        return ",".join(a.presets) + env_defaults
+    import textwrap
 
-    rows = [(a.name, a.section, ",".join(a.action_kinds), presets(a), ",".join(a.replays),
-             a.description) for a in registry.ALGORITHMS.values()]
-    header = ("algorithm", "section", "action kinds", "presets", "--replay", "description")
-    widths = [max(len(r[i]) for r in [header, *rows]) + 2 for i in range(5)]
-    for r in [header, *rows]:
-        print("".join(f"{c:<{w}}" for c, w in zip(r, widths)) + r[5])
+    for a in registry.ALGORITHMS.values():
+        env_defaults = "".join(f" ({name} on {env})" for env, name in a.env_presets.items())
+        print(f"{a.name:<15}{a.description}")
+        details = (f"actions: {', '.join(a.action_kinds)}; presets: {', '.join(a.presets)}"
+                   f"{env_defaults}; --replay: {', '.join(a.replays)}; flags: --{a.section}.*")
+        print(textwrap.indent(textwrap.fill(details, 85), " " * 15))
     return 0
 
 
+def _suite_parser(prog: str, description: str, report: bool) -> _Parser:
+    p = _Parser(prog=prog, description=description)
+    p.add_argument("suite", help="a shipped suite's name (offpolicy suite list) or a YAML path")
+    p.add_argument("--seeds", type=int, nargs="+", help="instead of the suite's seeds")
+    p.add_argument("--steps", type=int, help="instead of every env's steps")
+    p.add_argument("--envs", nargs="+", help="a subset of the suite's envs")
+    p.add_argument("--entries", nargs="+", help="a subset of the suite's entries")
+    p.add_argument("--paper", action="store_true",
+                   help="the paper's budget (the suite's 'paper:' steps and seeds)")
+    p.add_argument("--out", type=Path, help="the suite's folder (default: runs/suites/<name>)")
+    if report:
+        p.add_argument("--metric", nargs="+", help="train.csv columns to draw and average "
+                                                   "(default: the suite's metrics)")
+        p.add_argument("--include-running", action="store_true",
+                       help="runs in progress join the tables, tests and curves (each row at "
+                            "the last step all its runs reached)")
+    else:
+        p.add_argument("--jobs", type=int, default=1, help="runs at once, each a process "
+                       "(default 1; about one per core)")
+        p.add_argument("--ray-address", help="run each run as a task on this Ray cluster "
+                       "('auto': the one this machine belongs to)")
+        p.add_argument("--retries", type=int, default=3,
+                       help="Ray: attempts after a lost node or a failed run (default 3)")
+        p.add_argument("--dry-run", action="store_true",
+                       help="check the suite and print its runs; start none")
+    return p
+
+
+def _suite_plan(a):
+    from offpolicy.suites import runner, spec
+
+    suite = spec.load(a.suite).select(seeds=a.seeds, steps=a.steps, envs=a.envs,
+                                      entries=a.entries, paper=a.paper)
+    out = a.out or Path("runs") / "suites" / suite.name
+    return suite, out, runner.plan(suite, runner.default_layout(out))
+
+
+def cmd_suite(argv: list[str]) -> int:
+    usage = ("usage: offpolicy suite {list,run,report} ...\n"
+             "  list                  the shipped suites, their runs and budgets\n"
+             "  run SUITE [--jobs J] [--ray-address ADDR] [--seeds ..] [--steps N] [--envs ..]\n"
+             "      [--entries ..] [--paper] [--out DIR]   run (or finish) the grid, then report\n"
+             "  report SUITE [--out DIR] [--metric M ..]   tables, curves, tests from the runs")
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    what, rest = argv[0], argv[1:]
+    from offpolicy.suites import report, runner, spec
+
+    if what == "list":
+        _Parser(prog="offpolicy suite list", description="the shipped suites").parse_args(rest)
+        import textwrap
+
+        for name, path in spec.available().items():
+            s = spec.load(path)
+            envs = ", ".join(e.env for e in s.envs)
+            print(f"{name:<15}" + textwrap.fill(s.description, 85,
+                                                subsequent_indent=" " * 15))
+            details = (f"{s.num_runs()} runs, {s.env_steps():,} env steps ({len(s.seeds)} "
+                       f"seeds) on {envs}".replace(",", " ").replace("  ", ", ")
+                       + (f". {s.cost}" if s.cost else ""))
+            print(textwrap.indent(textwrap.fill(details, 85), " " * 15))
+        return 0
+    if what not in ("run", "report"):
+        hint = did_you_mean(what, ["list", "run", "report"], n=1)
+        raise OffpolicyError(f"unknown suite command '{what}'{hint} (valid: list, run, report)")
+    p = _suite_parser(f"offpolicy suite {what}", "run a suite's grid, then write its report"
+                      if what == "run" else "write a suite's report from its runs",
+                      what == "report")
+    a = p.parse_args(rest)
+    suite, out, runs = _suite_plan(a)
+    command = "offpolicy suite run " + " ".join(rest)
+    if what == "report":
+        text = report.write_report(suite, runs, out, "report", command, a.metric,
+                                   include_running=a.include_running)
+        print(text)
+        print(f"report: {out / 'report.md'} (+ report.csv, report.png)", file=sys.stderr)
+        return 0
+    spec.check(suite)
+    done, todo = runner.split_finished(runs)
+    print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "
+          f"{len(todo)} to run or resume; folder {out}", file=sys.stderr)
+    if a.dry_run:
+        for r in todo:
+            print(" ".join(["offpolicy", *runner.train_command(r)[3:]]))
+        return 0
+    def rewrite(_run):  # a partial report after every run: a long suite shows its state
+        report.write_report(suite, runs, out, "report", command)
+
+    if a.ray_address:
+        outcome = runner.run_ray(runs, a.ray_address, a.retries, after_each=rewrite)
+    else:
+        outcome = runner.run_local(runs, a.jobs, after_each=rewrite)
+    if outcome.stopped:
+        print(f"offpolicy: suite stopped; run the same command again to finish the "
+              f"{len(runs) - len(outcome.done) - len(outcome.ran)} runs left", file=sys.stderr)
+        return outcome.exit_code()
+    report.write_report(suite, runs, out, "report", command)
+    for run, why in outcome.failed:
+        print(f"offpolicy: failed: {run.label}: {why}", file=sys.stderr)
+    if outcome.busy:
+        print(f"offpolicy: {len(outcome.busy)} runs are being run by another driver: "
+              + ", ".join(r.label for r in outcome.busy), file=sys.stderr)
+    print(f"offpolicy: suite {suite.name}: {len(outcome.ran)} runs finished now, "
+          f"{len(outcome.done)} before, {len(outcome.failed)} failed; report: "
+          f"{out / 'report.md'}", file=sys.stderr)
+    return outcome.exit_code()
+
+
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "table": cmd_table,
-            "list": cmd_list, "bench": cmd_bench}
+            "list": cmd_list, "bench": cmd_bench, "suite": cmd_suite}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: offpolicy {{{','.join(COMMANDS)}}} ...\n"
-              "  train ALGO --env ENV_ID   train an agent (offpolicy train ALGO --help)\n"
+              "  train ALGO [--env ENV_ID] train an agent (offpolicy train ALGO --help)\n"
               "  eval RUN_DIR              evaluate a checkpoint\n"
               "  plot RUN_DIR...           learning curves\n"
               "  table RUN_DIR...          best/final returns table\n"
               "  list                      algorithms, action kinds, presets\n"
               "  bench ALGO                throughput, update-only rate, FLOP efficiency\n"
+              "  suite {list,run,report}   experiment grids from papers, local or on Ray\n"
               "  --version")
         return 0
     if argv[0] == "--version":
@@ -389,3 +401,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("offpolicy: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `offpolicy list | head`: the reader has gone, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -113,14 +113,19 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     d = read_eval(run_dir)
+    cfg = run_config(run_dir)
     out = Path(out) if out else Path(run_dir) / "curve.png"
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     ax.plot(d["step"], d["return_mean"], marker="o", ms=3)
     ax.fill_between(d["step"], d["return_mean"] - d["return_se"],
                     d["return_mean"] + d["return_se"], alpha=0.25)
     ax.set_xlabel("environment steps")
-    ax.set_ylabel("evaluation return")
-    ax.set_title(Path(run_dir).name)
+    n = int(d["episodes"][-1])
+    ax.set_ylabel(f"evaluation return (mean of {n} episodes)", fontsize=9)
+    preset = cfg.get("preset")
+    ax.set_title(f"{cfg.get('algo')}{' ' + preset if preset not in (None, 'None') else ''} on "
+                 f"{cfg.get('train.env')}, seed {cfg.get('train.seed')} (band: s.e.)",
+                 fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"
-CLOCK_COLUMNS = {"wall_time", "steps_per_s"}  # differ from run to run by nature
+CLOCK_COLUMNS = {"wall_time", "steps_per_s", "updates_per_s"}  # differ run to run by nature
 
 _COMMON = ["--seed", "0", "--quiet", "--eval-every", "500", "--eval-episodes", "2",
            "--log-every", "100"]
@@ -120,10 +120,21 @@ def produce(name: str, work: Path, env: dict) -> Path:
     return run_dir
 
 
+def _as_written(v: str) -> str:
+    """A value as the logger writes it now (floats to 8 significant digits): the recorded
+    files kept every digit, and the same float gives the same 8 digits."""
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return v if v.lstrip("-").isdigit() or x != x else f"{x:.8g}"
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """A run's CSV without the wall-clock columns, values as written (exact)."""
+    """A run's CSV without the wall-clock columns, values as the logger writes them (exact
+    otherwise)."""
     with open(path, newline="") as f:
-        return [{k: v for k, v in row.items() if k not in CLOCK_COLUMNS}
+        return [{k: _as_written(v) for k, v in row.items() if k not in CLOCK_COLUMNS}
                 for row in csv.DictReader(f)]
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/learning.py's report and its cross-session restore of finished runs."""
+"""benchmarks/learning.py on the suite engine: its grids as suites, the report (offpolicy.suites
+.report) and its cross-session restore of finished runs."""
 
 import csv
 import sys
@@ -7,7 +8,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import learning  # noqa: E402
-from benchmarks.learning import report, restore_finished  # noqa: E402
+from offpolicy.suites import runner, spec  # noqa: E402
+from offpolicy.suites.report import (  # noqa: E402
+    final_comparisons,
+    restore_finished,
+    seed_ranges,
+    seeds_line,
+    write_report,
+)
 
 
 def _fake_run(d: Path, finals, kl):
@@ -25,21 +33,39 @@ def _fake_run(d: Path, finals, kl):
             w.writerow([step, k, 0.1, 1.0])
 
 
+def _grid(suite, root, env, steps, seeds=(0, 1, 2), entries=None):
+    s = learning.bench_suite(suite, env, steps, seeds, entries)
+    return s, runner.plan(s, lambda e, entry, seed: root / entry / f"s{seed}")
+
+
 def test_finished_runs_come_back_from_the_committed_csvs(tmp_path):
     root, out = tmp_path / "runs", tmp_path / "results"
     out.mkdir()
     _fake_run(root / "naf" / "s0", [(10, -500.0), (20, -150.0)], [(10, 0.3), (20, 0.2)])
     _fake_run(root / "ddpg-refer" / "s1", [(10, -400.0)], [(10, 0.05)])  # unfinished
-    first = report("refer-pendulum", root, out, "cmd", "Pendulum-v1", 20, "rp")
+    s, runs = _grid("refer-pendulum", root, "Pendulum-v1", 20)
+    first = write_report(s, runs, out, "rp", "cmd")
     assert "ddpg-refer s1 at step 10" in first
     other = tmp_path / "elsewhere"  # a new machine: only the CSVs came along
-    assert restore_finished("rp", other, out, 20) == ["naf s0"]
+    s, moved = _grid("refer-pendulum", other, "Pendulum-v1", 20)
+    assert restore_finished(moved, out, "rp") == ["naf s0 on Pendulum-v1"]
     assert not (other / "ddpg-refer").exists()  # unfinished runs start again
-    again = report("refer-pendulum", other, out, "cmd", "Pendulum-v1", 20, "rp")
-    assert again.split("Mean")[0] == first.split("In progress")[0].split("Mean")[0]
+    again = write_report(s, moved, out, "rp", "cmd")
+    table = lambda text: [x for x in text.splitlines() if x.startswith("|")]  # noqa: E731
+    assert table(again) == table(first) and "| naf | 1 | 20 |" in "\n".join(table(first))
     rebuilt = (other / "naf" / "s0" / "train.csv").read_text().splitlines()
     assert rebuilt[0] == "step,kl_mu_pi,far_policy_fraction" and len(rebuilt) == 3
-    assert restore_finished("rp", other, out, 20) == []  # already here
+    assert restore_finished(moved, out, "rp") == []  # already here
+
+
+def test_csvs_of_one_env_without_an_env_column_restore_too(tmp_path):
+    """The CSVs committed before the engine moved into the package have no env column."""
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "old.csv").write_text("entry,seed,step,return_mean,return_se,episodes\n"
+                                 "naf,0,10,-300,1,20\nnaf,0,20,-150,1,20\n")
+    _, runs = _grid("refer-pendulum", tmp_path / "runs", "Pendulum-v1", 20, seeds=[0])
+    assert restore_finished(runs, out, "old") == ["naf s0 on Pendulum-v1"]
 
 
 def test_welch_against_references():
@@ -48,7 +74,7 @@ def test_welch_against_references():
     import numpy as np
     from scipy import stats
 
-    from benchmarks.learning import welch
+    from offpolicy.suites.report import welch
 
     rng = np.random.default_rng(3)
     for na, nb in [(5, 5), (3, 7), (2, 4), (3, 3), (4, 3)]:
@@ -66,18 +92,37 @@ def test_welch_against_references():
 
 def test_report_tests_the_suites_differences(tmp_path):
     root, out = tmp_path / "runs", tmp_path / "results"
-    out.mkdir()
     for s, (er, ref) in enumerate([(-600.0, -100.0), (-500.0, -120.0), (-550.0, -90.0)]):
         _fake_run(root / "ddpg-er" / f"s{s}", [(10, er)], [(10, 5.0)])
         _fake_run(root / "ddpg-refer" / f"s{s}", [(10, ref)], [(10, 0.1)])
     _fake_run(root / "naf" / "s0", [(10, -1.0)], [(10, 1.0)])  # one run: no test
-    text = report("refer", root, out, "cmd", "HalfCheetah-v5", 10, "r")
+    suite, runs = _grid("refer", root, "HalfCheetah-v5", 10)
+    text = write_report(suite, runs, out, "r", "cmd")
     row = next(line for line in text.splitlines() if line.startswith("| ddpg-refer - ddpg-er"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "3 / 3" and float(cells[2]) == 446.7 and float(cells[5]) < 0.01
     lo, hi = (float(x) for x in cells[6].strip("[]").split(","))
     assert 0 < lo < 446.7 < hi
     assert "naf-refer - naf" not in text
+    assert "Ratio of mean `kl_mu_pi` (ddpg-refer / ddpg-er): 0.02." in text
+    assert (out / "r_kl_mu_pi.png").exists() and (out / "r.png").exists()
+
+
+def test_runs_in_progress_join_a_partial_report_at_their_common_step(tmp_path):
+    root = tmp_path / "runs"
+    for s in range(2):
+        _fake_run(root / "ddpg-er" / f"s{s}", [(10, -600.0 + s), (20, -100.0 + s),
+                                               (30, 50.0 + s)], [(10, 5.0)])
+        _fake_run(root / "ddpg-refer" / f"s{s}", [(10, -300.0 - s), (20, -200.0 - s)],
+                  [(10, 0.1)])
+    suite, runs = _grid("refer", root, "HalfCheetah-v5", 30, [0, 1])
+    assert "ddpg-refer - ddpg-er" not in write_report(suite, runs, tmp_path / "o", "r", "c")
+    text = write_report(suite, runs, tmp_path / "o", "r", "c", include_running=True)
+    row = next(line for line in text.splitlines() if line.startswith("| ddpg-refer - ddpg-er"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[2]) == -101.0 and cells[-1] == "20"  # both at step 20, ER's 30 unused
+    assert "| ddpg-refer | 2 | 20 |" in text and "| ddpg-er | 2 | 30 |" in text
+    assert "In progress (in the table" in text
 
 
 def test_every_compared_pair_names_entries_of_its_suite():
@@ -89,26 +134,31 @@ def test_every_compared_pair_names_entries_of_its_suite():
 def test_an_entrys_flags_override_the_suites():
     """The refer suite gives every run a 1e6 memory; ddpg-refer-mem50k sets its own, which
     must be the one the run gets."""
-    from offpolicy import cli
+    from offpolicy.train_args import train_parser
 
-    cmd = learning.train_command("ddpg-refer-mem50k", 0, 100_000, "HalfCheetah-v5",
-                                 Path("run"), suite_flags=learning.SUITE_FLAGS["refer"])
-    assert cmd[3:5] == ["train", "ddpg"]
-    ns = vars(cli._train_parser("ddpg").parse_args(cmd[5:]))
+    _, runs = _grid("refer", Path("r"), "HalfCheetah-v5", 100_000, [0],
+                    ["ddpg-refer-mem50k", "ddpg-refer"])
+    mem50k, refer = (runner.train_command(r) for r in runs)
+    assert mem50k[3:5] == ["train", "ddpg"]
+    ns = vars(train_parser("ddpg").parse_args(mem50k[5:]))
     assert ns["buffer_size"] == 50_000 and ns["replay"] == "refer"
-    ns = vars(cli._train_parser("ddpg").parse_args(learning.train_command(
-        "ddpg-refer", 0, 100_000, "HalfCheetah-v5", Path("run"),
-        suite_flags=learning.SUITE_FLAGS["refer"])[5:]))
-    assert ns["buffer_size"] == 1_000_000
+    assert vars(train_parser("ddpg").parse_args(refer[5:]))["buffer_size"] == 1_000_000
 
 
-def test_the_legend_names_what_each_entry_runs():
-    groups = {"ddpg": [], "ddpg-input1": [], "sb3-ddpg": [], "pfrl-acer": []}
-    text = learning.entries_legend(groups)
-    assert "ddpg-input1 = `offpolicy train ddpg --ddpg.action-input-layer 1`" in text
-    assert "sb3-ddpg = `benchmarks/peers.py --lib sb3`" in text and "pfrl-acer = " in text
-    assert "ddpg = " not in text.replace("-ddpg = ", "")  # a plain entry needs no legend
-    assert learning.entries_legend({"ddpg": []}) == ""
+def test_the_legend_names_what_each_entry_runs(tmp_path):
+    assert learning.entry_of("ddpg-input1").command() == \
+        "offpolicy train ddpg --ddpg.action-input-layer 1"
+    assert learning.entry_of("sb3-ddpg").command() == "benchmarks/peers.py --lib sb3"
+    assert learning.entry_of("pfrl-acer").peer == "pfrl"
+    root = tmp_path / "runs"
+    for entry in ("ddpg", "ddpg-input1", "sb3-ddpg"):
+        _fake_run(root / entry / "s0", [(10, -1.0)], [(10, 1.0)])
+    suite, runs = _grid("ddpg-parity", root, "HalfCheetah-v5", 10, [0])
+    text = write_report(suite, runs, tmp_path / "out", "p", "cmd")
+    legend = next(x for x in text.splitlines() if x.startswith("Entries: "))
+    assert "ddpg-input1 = `offpolicy train ddpg --ddpg.action-input-layer 1`" in legend
+    assert "sb3-ddpg = `benchmarks/peers.py --lib sb3`" in legend
+    assert "; ddpg = " not in legend and not legend.startswith("Entries: ddpg = ")
 
 
 def test_comparisons_over_the_whole_curve(tmp_path):
@@ -121,8 +171,8 @@ def test_comparisons_over_the_whole_curve(tmp_path):
             d = tmp_path / entry / f"s{seed}"
             _fake_run(d, [(1000, x), (2000, y)], [(1000, 0.1)])
             groups[entry].append(d)
-    final = learning.final_comparisons(groups, [("a", "b")])
-    curve = learning.final_comparisons(groups, [("a", "b")], over_curve=True)
+    final = final_comparisons(groups, [("a", "b")])
+    curve = final_comparisons(groups, [("a", "b")], over_curve=True)
     row = lambda text: [c.strip() for c in text.strip().splitlines()[-1].strip("|").split("|")]  # noqa: E731
     assert final.lstrip().startswith("Final return") and float(row(final)[2]) == 100.0 - 10.0
     assert curve.lstrip().startswith("Mean return over evaluations")
@@ -130,24 +180,17 @@ def test_comparisons_over_the_whole_curve(tmp_path):
 
 
 def test_rows_with_different_seeds_say_which():
-    assert learning.seed_ranges([4, 0, 1, 2, 7, 9, 8]) == "0-2, 4, 7-9"
-    assert learning.seed_ranges([3]) == "3" and learning.seed_ranges([1, 1, 2]) == "1-2"
+    assert seed_ranges([4, 0, 1, 2, 7, 9, 8]) == "0-2, 4, 7-9"
+    assert seed_ranges([3]) == "3" and seed_ranges([1, 1, 2]) == "1-2"
     same = {"a": [Path("s0"), Path("s1")], "b": [Path("s1"), Path("s0")]}
-    assert learning.seeds_line(same) == ""
-    text = learning.seeds_line({"a": [Path(f"s{i}") for i in range(10)],
-                                "b": [Path(f"s{i}") for i in range(5)]})
+    assert seeds_line(same) == ""
+    text = seeds_line({"a": [Path(f"s{i}") for i in range(10)],
+                       "b": [Path(f"s{i}") for i in range(5)]})
     assert "a 0-9; b 0-4." in text
 
 
 def test_every_entry_of_ours_parses_as_a_train_command():
-    """A typo in a suite's flags would only surface hours into a benchmark: every entry of
-    every suite that is ours must parse with `offpolicy train`."""
-    from offpolicy import cli
-
-    for suite, entries in learning.SUITES.items():
-        for entry in entries:
-            if learning.is_peer(entry):
-                continue
-            cmd = learning.train_command(entry, 0, 1000, "Pendulum-v1", Path("run"),
-                                         suite_flags=learning.SUITE_FLAGS.get(suite))
-            cli._train_parser(cmd[4]).parse_args(cmd[5:])
+    """A typo in a grid's flags would only surface hours into a benchmark: every entry of
+    every grid that is ours must parse with `offpolicy train` (peers are skipped)."""
+    for suite in learning.SUITES:
+        spec.check(learning.bench_suite(suite, "Pendulum-v1", 1000, [0]), envs=False)

@@ -47,6 +47,8 @@ the :class:`Contract` that :func:`check_agent` returns; the runtime reads the co
     --per-actor``, ACE's Table 3).
 ``inspect(params, obs[1, ...], key) -> dict`` and ``sub_actions`` (default None, ())
     what the policy considered at a state (AQL's proposal, ``offpolicy eval --proposal``).
+``config.gamma`` (default 0.99), read by :func:`discount`
+    the algorithm config's discount: the reward normaliser's running return uses it.
 
 Every agent is built as ``Agent(config, obs_shape, action_spec, context)``: the algorithm's
 config section, the observation shape, the env's ``ActionSpec`` and an :class:`AgentContext`
@@ -158,6 +160,12 @@ def contract(agent: Any) -> Contract:
     defaults = Contract()
     return Contract(**{name: getattr(agent, name, getattr(defaults, name))
                        for name in Contract.__dataclass_fields__})
+
+
+def discount(config: Any) -> float:
+    """``config.gamma``, an algorithm config's optional member (module docstring): the
+    reward normaliser's running return discounts with it; 0.99 for a config without one."""
+    return float(getattr(config, "gamma", 0.99))
 
 
 def check_agent(agent: Any) -> Contract:

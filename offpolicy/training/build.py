@@ -20,7 +20,7 @@ import numpy as np
 
 from offpolicy import registry
 from offpolicy.agents.acting import HostPolicy
-from offpolicy.agents.base import AgentContext, Contract, check_agent
+from offpolicy.agents.base import AgentContext, Contract, check_agent, discount
 from offpolicy.envs.make import (
     action_spec,
     frame_stack,
@@ -108,9 +108,7 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     obs_norm = ObsNormalizer(() if image else obs_shape,
                              (tc.normalize_obs or tc.replay_statistics) and not image,
                              frozen=tc.replay_statistics)
-    # the discount of the running return: the algorithm config's (a test's toy has none)
-    gamma = float(getattr(run.agent, "gamma", 0.99))
-    reward_scale = RewardScaler(gamma, tc.normalize_reward or tc.replay_statistics, k,
+    reward_scale = RewardScaler(discount(run.agent), tc.normalize_reward or tc.replay_statistics, k,
                                 frozen=tc.replay_statistics)
     learner = Learner(agent, contract, replay, tc.batch_size, tc.seed, obs_norm, reward_scale)
     return Parts(run, agent, contract, spec, obs_shape, obs_dtype, replay, learner,

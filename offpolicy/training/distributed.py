@@ -52,7 +52,7 @@ from offpolicy.training.build import build_collector
 from offpolicy.training.collector import apply_chunk
 from offpolicy.training.learner import ActingState
 
-COLUMNS = ["replay_ratio", "param_lag", "updates_per_s", "collector_restarts"]
+COLUMNS = ["replay_ratio", "param_lag", "collector_restarts"]
 
 
 class CollectorFailure(NamedTuple):
@@ -287,7 +287,7 @@ def _start_reaper() -> subprocess.Popen | None:
 # ---------------------------------------------------------------------- the learner's loop
 class CollectionStats:
     """What train.csv says of remote collection: episodes finished (and their mean return),
-    the measured replay ratio, the parameter lag and updates/s over each logging interval."""
+    the measured replay ratio and the parameter lag over each logging interval."""
 
     def __init__(self, episodes: int = 0):
         self.episodes, self.restarts = episodes, 0
@@ -310,7 +310,6 @@ class CollectionStats:
                   "episode_return": float(np.mean(r)) if r else float("nan"),
                   "replay_ratio": self._updates / max(self._steps, 1),
                   "param_lag": float(np.mean(self._lags)) if self._lags else float("nan"),
-                  "updates_per_s": self._updates / max(seconds, 1e-9),
                   "collector_restarts": self.restarts}
         self._steps = self._updates = 0
         self._lags = []

@@ -180,8 +180,10 @@ class TensorBoardLog:
 
 
 def _fmt(v) -> str:
+    """A CSV field: floats to 8 significant digits (the float32 the losses are computed in
+    carries about 7), so files stay readable."""
     if isinstance(v, (float, np.floating)):
-        return repr(float(v)) if np.isfinite(v) else str(float(v))
+        return f"{float(v):.8g}" if np.isfinite(v) else str(float(v))
     return str(v)
 
 
@@ -192,18 +194,36 @@ def eval_row(step: int, returns: np.ndarray, wall_time: float) -> dict:
             "return_se": std / np.sqrt(n), "episodes": n, "wall_time": round(wall_time, 3)}
 
 
+def _clock_text(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _num(v: float) -> str:
+    """A short number for the terminal (4 significant digits, blank when unknown)."""
+    if not isinstance(v, (int, float, np.floating)) or not np.isfinite(v):
+        return "-"
+    return f"{v:.1f}" if abs(v) >= 100 else f"{v:.4g}"
+
+
 class RunLogger:
-    """Writes eval.csv and train.csv, TensorBoard scalars, and shows progress."""
+    """Writes eval.csv and train.csv and TensorBoard scalars, and shows progress: a rich bar
+    on a terminal; without one (a log file, a cluster job) one line per logging interval with
+    the same fields; with ``quiet`` the evaluations only."""
 
     def __init__(self, run_dir: Path | None, metric_names: list[str], total_steps: int,
                  start_step: int, quiet: bool, title: str):
         self.run_dir = run_dir
-        self.quiet = quiet or not sys.stderr.isatty()
+        self.quiet = quiet
+        self.bar = not quiet and sys.stderr.isatty()
         self.total = total_steps
         self.title = title
-        self.train_columns = ["step", "wall_time", "steps_per_s", "episodes",
+        self.train_columns = ["step", "wall_time", "steps_per_s", "updates_per_s", "episodes",
                               "episode_return"] + metric_names
+        # what the terminal shows of the algorithm: its first two losses
+        self.headline = [m for m in metric_names if "loss" in m][:2]
         self.last_eval = float("nan")
+        self.latest: dict = {}  # the newest train.csv row
         self._eval = self._train = self._tb = None
         self._progress = None
         if run_dir is not None:
@@ -218,22 +238,34 @@ class RunLogger:
             except BaseException:
                 self.close()  # inside the handler: quiet, the first error is the one raised
                 raise
-        if not self.quiet:
+        if self.bar:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
                 Progress,
                 TextColumn,
+                TimeElapsedColumn,
                 TimeRemainingColumn,
             )
 
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[sps]:>6.0f} steps/s"),
-                TextColumn("eval {task.fields[ret]:>9.1f}"), TimeRemainingColumn(),
-                transient=False)
+            class TwoLines(Progress):
+                """The bar on one line, the run's numbers on the two lines under it: rates,
+                training episode and evaluation; then the losses (each fits 80 columns)."""
+
+                def get_renderables(self):
+                    from rich.text import Text
+
+                    yield self.make_tasks_table(self.tasks)
+                    for task in self.tasks:
+                        for line in task.fields["info"]:
+                            yield Text("  " + line, overflow="fold")
+
+            self._progress = TwoLines(
+                TextColumn("[bold]{task.description}"), BarColumn(bar_width=10),
+                MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
+                TextColumn("left"), TimeRemainingColumn(), transient=False)
             self._task = self._progress.add_task(title, total=total_steps, completed=start_step,
-                                                 sps=0.0, ret=float("nan"))
+                                                 info=self._field_lines())
             self._progress.start()
 
     def start(self, clock: Stopwatch, step: int) -> None:
@@ -241,7 +273,7 @@ class RunLogger:
         self._clock = clock
         self.interval_step = step  # where the train.csv row being gathered began
         self._interval_time = clock()
-        self._last_tick = (time.perf_counter(), step)
+        self._last_tick = time.perf_counter()
 
     def interval_seconds(self) -> float:
         """Wall seconds since the train.csv row being gathered began."""
@@ -249,32 +281,53 @@ class RunLogger:
 
     def log_interval(self, step: int, values: dict) -> None:
         """The train.csv row of the steps since the last one: ``values`` plus the wall time
-        and the env steps per second over the interval."""
+        and the env steps per second over the interval; on the terminal, its fields."""
         now = self._clock()
-        self.log_train({"step": step, "wall_time": round(now, 3),
-                        "steps_per_s": (step - self.interval_step)
-                        / max(now - self._interval_time, 1e-9), **values})
+        sps = (step - self.interval_step) / max(now - self._interval_time, 1e-9)
+        self.latest = {"step": step, "wall_time": round(now, 3), "steps_per_s": sps, **values}
+        self.log_train(self.latest)
         self.interval_step, self._interval_time = step, self._clock()
+        if self._progress is not None:  # every interval's numbers reach the screen
+            self.tick(step, final=True)
+        if not self.bar and not self.quiet:
+            left = (self.total - step) / max(sps, 1e-9)
+            print(f"{self.title} {step}/{self.total} {_clock_text(now)} elapsed "
+                  f"{_clock_text(left)} left | {self._fields()}", flush=True)
+
+    def _field_lines(self) -> list[str]:
+        """What the terminal shows: rates, the mean return of recent training episodes and
+        the latest evaluation (blank before the first); then the headline losses."""
+        r = self.latest
+        rates = [f"{_num(r.get('steps_per_s'))} steps/s", f"{_num(r.get('updates_per_s'))} upd/s",
+                 f"episode {_num(r.get('episode_return'))}"]
+        if np.isfinite(self.last_eval):
+            rates.append(f"eval {_num(self.last_eval)}")
+        losses = [f"{m} {_num(r.get(m))}" for m in self.headline]
+        return [" | ".join(rates)] + ([" | ".join(losses)] if losses else [])
+
+    def _fields(self) -> str:
+        return " | ".join(self._field_lines())
 
     def tick(self, step: int, final: bool = False) -> None:
-        """Refresh the progress bar at most twice a second (and at the end): steps/s since
-        the previous refresh."""
-        now, (t, s) = time.perf_counter(), self._last_tick
-        if now - t > 0.5 or final:
-            self.progress(step, (step - s) / max(now - t, 1e-9))
-            self._last_tick = (now, step)
-
-    def progress(self, step: int, sps: float) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, completed=step, sps=sps, ret=self.last_eval)
+        """Refresh the progress bar at most twice a second (and at the end)."""
+        now = time.perf_counter()
+        if now - self._last_tick > 0.5 or final:
+            if self._progress is not None:
+                self._progress.update(self._task, completed=step, info=self._field_lines())
+            self._last_tick = now
 
     def log_eval(self, row: dict) -> None:
         self.last_eval = row["return_mean"]
         if self._eval is not None:
             self._eval.write(row)
             self._tb.add_scalar("eval/return_mean", row["return_mean"], row["step"])
-        line = (f"{self.title} step {row['step']:>8d}  eval return {row['return_mean']:9.2f} "
-                f"+- {row['return_se']:.2f} (se, {row['episodes']} episodes)")
+        n = row["episodes"]
+        what = (f"step {row['step']} eval {row['return_mean']:.2f} +- {row['return_se']:.2f} "
+                f"(s.e. over {n} episode{'s' if n != 1 else ''})")
+        line = f"{self.title} {what}"
+        if len(line) > 80:  # fits 80 columns: the title's algorithm and seed only
+            parts = self.title.split()
+            line = f"{parts[0]} {parts[-1]} {what}"
         if self._progress is not None:
             self._progress.console.print(line)
         else:

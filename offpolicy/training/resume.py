@@ -110,9 +110,12 @@ def resume_in_dir(run) -> None:
     if run.dir is None:
         raise OffpolicyError("--resume needs a run directory")
     if run.dir.claim_resume():
-        restore(run, checkpoint.locate(run.run_dir, "latest"))
+        ckpt = checkpoint.locate(run.run_dir, "latest")
+        restore(run, ckpt)
         if run.step > run.train_cfg.steps:
             raise OffpolicyError(
                 f"--steps {run.train_cfg.steps} is below step {run.step}, which the run in "
                 f"{run.run_dir} has already reached: give --steps {run.step} or more")
+        print(f"offpolicy: resuming {run.run_dir} from step {run.step} (checkpoint "
+              f"{ckpt.name})", file=sys.stderr)
     run.dir.write_config(run.run)

@@ -228,6 +228,7 @@ class Run:
         self.schedule.begin(self.step, total, self._ckpt_written)
         self._clock = Stopwatch(self.elapsed)
         self._logger.start(self._clock, self.step)
+        self._logged_updates = self.learner.updates
         try:
             loops.choose(tc)(self, total)
         finally:
@@ -246,7 +247,11 @@ class Run:
         if schedule.log_due(step) or self.stopping:
             means = self.learner.flush_metrics(self._logger.interval_step, step,
                                                self._ckpt_written)
-            values = self.episode_source.log_values(self._logger.interval_seconds())
+            seconds = self._logger.interval_seconds()
+            values = self.episode_source.log_values(seconds) | {
+                "updates_per_s": (self.learner.updates - self._logged_updates) / max(seconds,
+                                                                                     1e-9)}
+            self._logged_updates = self.learner.updates
             self._logger.log_interval(step, values | means)
             schedule.logged(step)
         if self.stopping:

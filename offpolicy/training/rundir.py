@@ -36,6 +36,25 @@ def resumed_config(run_dir: str | Path, requested: registry.RunConfig,
     return saved_run.resumed_with(requested, train_fields, agent_fields, where=str(run_dir))
 
 
+def default_run_dir(run: registry.RunConfig, new: bool = True, root: str | Path = "runs"
+                    ) -> Path:
+    """``runs/<algo>-<env>[-<preset>][-<replay>]-s<seed>``: the preset and the replay when they
+    are not the algorithm's defaults; for a ``new`` run that finds the name taken, ``_2``,
+    ``_3``... (a resumed run takes the plain name: name another with ``--run-dir``)."""
+    base = registry.resolve(run.algo, train_overrides={"env": run.train.env})
+    parts = [run.algo, run.train.env.replace("/", "_").replace(":", "_")]
+    if run.preset not in (None, base.preset):
+        parts.append(run.preset)
+    if run.train.replay != base.train.replay:
+        parts.append(run.train.replay)
+    name = Path(root) / f"{'-'.join(parts)}-s{run.train.seed}"
+    n, path = 1, name
+    while new and path.exists() and any(c.name != LOCK_FILE for c in path.iterdir()):
+        n += 1
+        path = name.with_name(f"{name.name}_{n}")
+    return path
+
+
 class RunDirectory:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -62,6 +81,10 @@ class RunDirectory:
                 f"run directory {d} already exists and is not empty; pass --resume to "
                 "continue it or choose another --run-dir")
         return names
+
+    def check_new(self) -> None:
+        """Refuse, before anything is built, a directory a new run cannot take."""
+        self._foreign()
 
     def claim_new(self) -> None:
         """Take the directory for a new run."""

@@ -1,0 +1,394 @@
+"""A suite's report: the paper-style tables, curves and tests, from its run directories.
+
+Per env: best and final evaluation return per entry (mean +- s.e. over seeds, ACE Table 1
+style), Welch's t-tests of the suite's ``compare`` pairs with their 95% intervals and the
+Bonferroni note, sample efficiency against the suite's ``threshold``, the train.csv
+``metrics`` averaged and drawn (log scale). Files, under the report folder with stem S:
+``S.md``, ``S.csv`` (every evaluation of every run), ``S_train.csv`` (the metrics, so that a
+later session can rebuild finished runs from committed CSVs: :func:`restore_finished`),
+``S.png`` (one panel per env, s.e. bands) and ``S_<metric>.png``.
+
+Only finished runs enter the tables and curves (a run in progress would cut its row back to
+the step it reached); the runs in progress are listed under the table; the CSV has every
+evaluation.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from offpolicy.errors import OffpolicyError
+from offpolicy.suites.runner import RunSpec, finished
+from offpolicy.suites.spec import Suite
+
+PACKAGES = ("offpolicy", "jax", "jaxlib", "flax", "optax", "numpy", "gymnasium", "mujoco", "ray")
+
+
+def has_evals(d: Path) -> bool:
+    from offpolicy.plotting import read_eval
+
+    try:
+        return len(read_eval(d)["step"]) > 0
+    except OffpolicyError:  # started, nothing evaluated yet
+        return False
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """``[0, 1, 2, 3, 7]`` -> ``"0-3, 7"``."""
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive seeds
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def seeds_line(groups: dict[str, list[Path]]) -> str:
+    """When the rows have different seeds (a grid extended by a later run with other
+    ``--seeds`` for some entries), one line saying which seeds each row holds."""
+    seeds = {e: [int(d.name[1:]) for d in dirs] for e, dirs in groups.items()}
+    if len({tuple(sorted(v)) for v in seeds.values()}) <= 1:
+        return ""
+    return ("\nSeeds per row (rows were extended with other `--seeds` and `--entries`; each "
+            "run's log has its command): "
+            + "; ".join(f"{e} {seed_ranges(v)}" for e, v in seeds.items()) + ".\n")
+
+
+def welch(a, b, level: float = 0.95) -> tuple[float, float, float, float, float]:
+    """Welch's t-test of mean(a) = mean(b) without assuming equal variances: (t, degrees of
+    freedom by the Welch-Satterthwaite equation, two-sided p, and the ``level`` interval of
+    mean(a) - mean(b), diff +- t_q(df) se, which excludes 0 exactly when p < 1 - level).
+    scipy comes with jax."""
+    from scipy import stats
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0.0:
+        nan = float("nan")
+        return nan, nan, nan, nan, nan
+    diff, se = a.mean() - b.mean(), np.sqrt(va + vb)
+    t = diff / se
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = stats.t.ppf((1 + level) / 2, df) * se
+    return (float(t), float(df), float(2.0 * stats.t.sf(abs(t), df)), float(diff - half),
+            float(diff + half))
+
+
+def final_comparisons(groups: dict[str, list[Path]], pairs, over_curve: bool = False) -> str:
+    """A table of final-return differences for each (entry, against) pair with at least two
+    finished runs on each side: difference of means, Welch's t, its df and p, and the 95%
+    interval. No correction for testing several pairs: read p against 0.05 / pairs.
+    ``over_curve``: the same for each run's mean return over all its evaluations (the area
+    under its learning curve over its length) instead of its final return."""
+    from offpolicy.plotting import read_eval
+
+    def finals(entry, upto):
+        out = []
+        for d in groups.get(entry, []):
+            e = read_eval(d)
+            r = e["return_mean"][e["step"] <= upto]
+            out.append(float(np.mean(r) if over_curve else r[-1]))
+        return out
+
+    rows = []
+    for mine, other in pairs:
+        dirs = groups.get(mine, []) + groups.get(other, [])
+        if len(groups.get(mine, [])) < 2 or len(groups.get(other, [])) < 2:
+            continue
+        # runs of different lengths (in progress) are compared at the step all reached
+        upto = min(int(read_eval(d)["step"][-1]) for d in dirs)
+        a, b = finals(mine, upto), finals(other, upto)
+        t, df, p, lo, hi = welch(a, b)
+        rows.append(f"| {mine} - {other} | {len(a)} / {len(b)} | "
+                    f"{np.mean(a) - np.mean(b):.1f} | {t:.2f} | {df:.1f} | {p:.3f} | "
+                    f"[{lo:.1f}, {hi:.1f}] | {upto} |")
+    if not rows:
+        return ""
+    what = "Mean return over evaluations" if over_curve else "Final return"
+    return "\n".join(["", f"{what}, differences of means (Welch's t-test, two-sided, and "
+                      f"its 95% interval; {len(rows)} pairs tested, so p < {0.05 / len(rows):.3g} "
+                      "holds them all at 0.05 together, Bonferroni):", "",
+                      "| difference | runs | mean difference | t | df | p | 95% interval "
+                      "| up to step |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
+
+
+def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:
+    """A table of, per entry: how many runs reached ``threshold``, the first evaluation step
+    at which they did (mean +- s.e. over those runs) and the mean return over all of a run's
+    evaluations (mean +- s.e. over runs)."""
+    from offpolicy.plotting import read_eval
+
+    def mse(x):
+        x = np.asarray(x, float)
+        se = x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else 0.0
+        return f"{x.mean():.0f} ± {se:.0f}"
+
+    lines = ["", f"Sample efficiency: the first evaluation with return >= {threshold:g}, and "
+             "the mean return over all evaluations (area under the curve over its length).",
+             "", f"| algorithm | runs reaching {threshold:g} | first step reaching it "
+             "(mean ± s.e.) | mean return over evaluations (mean ± s.e.) |",
+             "|---|---:|---:|---:|"]
+    for entry, dirs in groups.items():
+        firsts, means = [], []
+        for d in dirs:
+            e = read_eval(d)
+            hit = np.flatnonzero(np.asarray(e["return_mean"]) >= threshold)
+            if hit.size:
+                firsts.append(e["step"][hit[0]])
+            means.append(float(np.mean(e["return_mean"])))
+        lines.append(f"| {entry} | {len(firsts)} / {len(dirs)} | "
+                     f"{mse(firsts) if firsts else 'not reached'} | {mse(means)} |")
+    return "\n".join(lines) + "\n"
+
+
+def mixed_configs(groups: dict[str, list[Path]]) -> str:
+    """A warning for each entry whose runs do not share one configuration (but the seed,
+    length and logging): a table row must average like with like."""
+    from offpolicy.plotting import group_by_env
+
+    out = []
+    for entry, dirs in groups.items():
+        with_config = [d for d in dirs if (d / "config.yaml").exists()]
+        if len(with_config) < 2:
+            continue
+        parts = [label for env_groups in group_by_env(with_config).values()
+                 for label in env_groups]
+        if len(parts) > 1:
+            out.append(f"\nWarning: the runs of {entry} do not share one configuration "
+                       f"({'; '.join(parts)}): its row averages them together.\n")
+    return "".join(out)
+
+
+def machine() -> str:
+    """CPU model, cores, memory, OS and Python of this machine, in one line."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kib = int(next(x for x in open("/proc/meminfo") if x.startswith("MemTotal")).split()[1])
+        mem = f", {kib / 2**20:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{cpu}, {cores} cores{mem}, {platform.system()} {platform.release()}, "
+            f"Python {sys.version.split()[0]}")
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for p in PACKAGES:
+        try:
+            out.append(f"{p} {version(p)}")
+        except PackageNotFoundError:
+            continue
+    return ", ".join(out)
+
+
+def collect(runs: list[RunSpec]) -> dict[str, dict[str, list[Path]]]:
+    """env -> entry -> run directories with at least one evaluation, in the suite's order."""
+    out: dict[str, dict[str, list[Path]]] = {}
+    for r in sorted(runs, key=lambda r: r.seed):
+        if has_evals(r.run_dir):
+            out.setdefault(r.env, {}).setdefault(r.entry.name, []).append(r.run_dir)
+    order = {(r.env, r.entry.name): i for i, r in enumerate(runs)}
+    return {env: dict(sorted(g.items(), key=lambda kv: order[(env, kv[0])]))
+            for env, g in out.items()}
+
+
+def _write_csvs(by_env, runs: list[RunSpec], out_dir: Path, stem: str, metrics) -> None:
+    from offpolicy.plotting import read_eval, read_metric
+
+    with open(out_dir / f"{stem}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["env", "entry", "seed", "step", "return_mean", "return_se", "episodes"])
+        for env, groups in by_env.items():
+            for entry, dirs in groups.items():
+                for d in dirs:
+                    e = read_eval(d)
+                    for i in range(len(e["step"])):
+                        w.writerow([env, entry, d.name[1:], int(e["step"][i]),
+                                    e["return_mean"][i], e["return_se"][i],
+                                    int(e["episodes"][i])])
+    if not metrics:
+        return
+    with open(out_dir / f"{stem}_train.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["env", "entry", "seed", "step", *metrics])
+        for env, groups in by_env.items():
+            for entry, dirs in groups.items():
+                for d in dirs:
+                    try:
+                        cols = [read_metric(d, m) for m in metrics]
+                    except OffpolicyError:
+                        continue  # a run without the diagnostics (a peer's)
+                    for i in range(len(cols[0]["step"])):
+                        w.writerow([env, entry, d.name[1:], int(cols[0]["step"][i]),
+                                    *(c["return_mean"][i] for c in cols)])
+
+
+def _metric_text(groups, metrics, pairs, stem: str, env_tag: str) -> str:
+    from offpolicy.plotting import has_metric, read_metric
+
+    text = ""
+    for metric in metrics:
+        means = {}
+        for e, dirs in groups.items():
+            have = [d for d in dirs if has_metric(d, metric)]
+            if have:
+                means[e] = float(np.mean([np.mean(read_metric(d, metric)["return_mean"])
+                                          for d in have]))
+        if not means:
+            continue
+        text += (f"\nMean `{metric}` over each run's training (train.csv), mean over runs "
+                 f"(plot: {stem}_{metric}.png{env_tag}): "
+                 + ", ".join(f"{e} {v:.4g}" for e, v in means.items()) + ".\n")
+        for a, b in pairs:
+            if a in means and b in means and means[b] != 0:
+                text += f"Ratio of mean `{metric}` ({a} / {b}): {means[a] / means[b]:.3g}.\n"
+    return text
+
+
+def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, command: str,
+                 metrics: list[str] | None = None, title: str | None = None,
+                 include_running: bool = False) -> str:
+    """Write the report files (module docstring) and return the Markdown. ``include_running``:
+    the runs in progress join the tables, tests and curves (each row compared at the last step
+    all its runs reached, marked): a partial reading of a grid that takes days."""
+    from offpolicy.plotting import format_table, plot_envs, table_rows
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = list(suite.metrics if metrics is None else metrics)
+    by_env_all = collect(runs)
+    if not by_env_all:
+        text = f"# {title or 'Suite ' + suite.name}\n\nNo evaluation yet.\n"
+        (out_dir / f"{stem}.md").write_text(text)
+        return text
+    _write_csvs(by_env_all, runs, out_dir, stem, metrics)
+    steps = {r.run_dir: r.steps for r in runs}
+    by_env: dict[str, dict[str, list[Path]]] = {}
+    running: dict[str, list[str]] = {}
+    from offpolicy.plotting import read_eval
+
+    for env, groups in by_env_all.items():
+        for entry, dirs in groups.items():
+            for d in dirs:
+                if finished(d, steps[d]) or include_running:
+                    by_env.setdefault(env, {}).setdefault(entry, []).append(d)
+                if not finished(d, steps[d]):
+                    running.setdefault(env, []).append(
+                        f"{entry} {d.name} at step {int(read_eval(d)['step'][-1])}")
+    plans = {p.env: p for p in suite.envs}
+    panels = {env: by_env.get(env, {}) for env in by_env_all}
+    plot_envs(panels, out_dir / f"{stem}.png",
+              f"{suite.name}: evaluation return, mean over seeds +- s.e.")
+    for metric in metrics:
+        plot_envs(panels, out_dir / f"{stem}_{metric}.png",
+                  f"{suite.name}: {metric}, mean over seeds +- s.e.", metric=metric, log=True)
+    every = {min(p.eval_every, p.steps) for p in suite.envs}
+    lines = [f"# {title or 'Suite ' + suite.name}", ""]
+    if suite.description:
+        lines += [suite.description, ""]
+    if suite.reference:
+        lines += [f"Reference: {suite.reference}", ""]
+    lines += [f"Command: `{command}`", "",
+              "Protocol: evaluation every "
+              + " / ".join(f"{e:,}".replace(",", " ") for e in sorted(every))
+              + f" steps, {suite.eval_episodes} deterministic episodes on a separate env; best "
+              "and final evaluation per run, mean ± standard error over runs. `steps` is the "
+              "last step that every run of the row reached."
+              + (f" Every run gets `{' '.join(suite.flags)}` (an entry's own flags override "
+                 "it)." if suite.flags else ""), ""]
+    if suite.cost:
+        lines += [f"Budget: {suite.cost}", ""]
+    lines += [f"Machine: {machine()}. Packages: {versions()}.", ""]
+    text = "\n".join(lines)
+    multi = len(by_env_all) > 1
+    for env, all_groups in by_env_all.items():
+        groups = by_env.get(env, {})
+        plan = plans.get(env)
+        text += f"\n## {env}" + (f" ({plan.steps:,} steps)".replace(",", " ") if plan else "")
+        text += "\n\n" + (format_table(table_rows(groups)) if groups else
+                          "No finished run yet.") + "\n"
+        named = [f"{e} = `{(suite.entries[e].command())}`" for e in all_groups
+                 if e in suite.entries and (suite.entries[e].flags or suite.entries[e].peer
+                                            or suite.entries[e].algo != e)]
+        if named:
+            text += "\nEntries: " + "; ".join(named) + ".\n"
+        text += seeds_line(groups) + mixed_configs(groups)
+        env_tag = f", panel {env}" if multi else ""
+        text += _metric_text(groups, metrics, suite.compare, stem, env_tag)
+        text += final_comparisons(groups, suite.compare)
+        threshold = plan.threshold if plan else None
+        if threshold is not None and groups:
+            text += sample_efficiency(groups, threshold)
+            text += final_comparisons(groups, suite.compare, over_curve=True)
+        if running.get(env):
+            text += (("\nIn progress (in the table, the tests and the curves, each row at the "
+                      "last step all its runs reached): " if include_running else
+                      "\nIn progress (not in the table or the curves): ")
+                     + ", ".join(running[env]) + ".\n")
+    (out_dir / f"{stem}.md").write_text(text)
+    return text
+
+
+def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]:
+    """Rebuild, from the committed CSVs under ``out_dir``, the run directories (eval.csv, and
+    train.csv with the metrics) of runs that finished but are not on this machine: run
+    directories are not committed, the CSVs are, so a grid that takes several sessions
+    resumes where the last one stopped. CSVs without an ``env`` column (one env per file)
+    match every env."""
+    evals, trains = out_dir / f"{stem}.csv", out_dir / f"{stem}_train.csv"
+    if not evals.exists():
+        return []
+    with open(evals, newline="") as f:
+        rows = list(csv.DictReader(f))
+    train_rows = []
+    if trains.exists():
+        with open(trains, newline="") as f:
+            train_rows = list(csv.DictReader(f))
+
+    def mine(table, run):
+        return [r for r in table if r["entry"] == run.entry.name and r["seed"] == str(run.seed)
+                and r.get("env", run.env) == run.env]
+
+    restored = []
+    for run in runs:
+        evs = mine(rows, run)
+        if not evs or max(int(r["step"]) for r in evs) < run.steps \
+                or (run.run_dir / "eval.csv").exists():
+            continue
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run.run_dir / "eval.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["step", "return_mean", "return_std", "return_se", "episodes",
+                        "wall_time"])
+            for r in evs:
+                n = int(r["episodes"])
+                std = float(r["return_se"]) * n**0.5
+                w.writerow([r["step"], r["return_mean"], std, r["return_se"], n, ""])
+        tr = mine(train_rows, run)
+        if tr:
+            keys = [k for k in tr[0] if k not in ("env", "entry", "seed")]
+            with open(run.run_dir / "train.csv", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+                w.writeheader()
+                for r in tr:
+                    w.writerow(r)
+        restored.append(run.label)
+    return restored

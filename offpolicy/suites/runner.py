@@ -1,0 +1,514 @@
+"""Running a suite's grid: local processes (``--jobs``) or one Ray task per run (``--ray-address``).
+
+Each run is the ``offpolicy train`` command of its entry, in its own directory
+``OUT/<env>/<entry>/s<seed>`` (its output in ``s<seed>.log`` beside it). A run is finished
+when its last evaluation reached its steps: a rerun of the suite skips it. An unfinished run
+with a checkpoint continues with ``--resume``; one that never checkpointed starts again. So a
+suite stopped anyhow (Ctrl-C, SIGTERM, a lost node, a closed laptop) finishes the rest when it
+is run again, and a finished suite rerun does no work.
+
+Runs go seed-major (every entry and env of seed 0 first), so that a stopped suite has balanced
+partial results. Several drivers may share a grid (one per machine on shared storage): each
+takes a run with a lock file ``.<seed>.lock`` holding its PID and host.
+
+On Ray, each run is a task (one CPU) retried when its node is lost or the run fails; the
+task waits for the run directory's lock (a lost attempt's process may hold it a moment) and
+resumes from the checkpoint if the directory is on storage the nodes share, else reruns. The
+task sends the run's small files (config.yaml, eval.csv, train.csv) back to the driver, which
+writes them under OUT when its storage is not shared, so the report works either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from offpolicy.errors import OffpolicyError
+from offpolicy.suites.spec import Entry, Suite
+
+SMALL_FILES = ("config.yaml", "eval.csv", "train.csv")
+FAILED_TWICE = 2  # a run whose command fails with exit 2 (a bad flag) is not retried
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the grid."""
+
+    entry: Entry
+    env: str
+    seed: int
+    steps: int
+    eval_every: int
+    eval_episodes: int
+    suite_flags: tuple[str, ...]
+    run_dir: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.entry.name} s{self.seed} on {self.env}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir.parent / f"{self.run_dir.name}.log"
+
+
+def env_slug(env: str) -> str:
+    return env.replace("/", "_")
+
+
+def default_layout(out: Path) -> Callable[[str, str, int], Path]:
+    return lambda env, entry, seed: out / env_slug(env) / entry / f"s{seed}"
+
+
+def plan(suite: Suite, layout: Callable[[str, str, int], Path]) -> list[RunSpec]:
+    """Every run of the suite, seed-major."""
+    return [RunSpec(suite.entries[name], e.env, seed, e.steps, min(e.eval_every, e.steps),
+                    suite.eval_episodes, suite.flags, Path(layout(e.env, name, seed)))
+            for seed in suite.seeds for e in suite.envs for name in e.entries]
+
+
+def train_command(run: RunSpec, python: str | None = None) -> list[str]:
+    """The run's ``offpolicy train`` command: the suite's flags first, so that the entry's own
+    override them (argparse keeps the last)."""
+    return [python or sys.executable, "-m", "offpolicy", "train", run.entry.algo,
+            "--env", run.env, "--steps", str(run.steps), "--seed", str(run.seed),
+            "--run-dir", str(run.run_dir), "--quiet", "--eval-every", str(run.eval_every),
+            "--eval-episodes", str(run.eval_episodes), *run.suite_flags, *run.entry.flags]
+
+
+def finished(run_dir: Path, steps: int) -> bool:
+    from offpolicy.plotting import last_eval
+
+    return last_eval(run_dir / "eval.csv")[0] >= steps
+
+
+def current_step(run_dir: Path) -> int:
+    """The last step train.csv (else eval.csv) records: cheap, reads the file's tail only."""
+    for name in ("train.csv", "eval.csv"):
+        p = run_dir / name
+        try:
+            with open(p, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                f.seek(max(0, size - 4096))
+                lines = f.read().decode(errors="replace").strip().splitlines()
+            if len(lines) >= 2:  # a header and at least one row
+                return int(float(lines[-1].split(",", 1)[0]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return 0
+
+
+def prepare(run: RunSpec, command_for: Callable[[RunSpec], list[str]] | None = None,
+            python: str | None = None) -> list[str]:
+    """The command that runs or continues ``run``: ``--resume`` from its checkpoint; a
+    directory without one (stopped before its first checkpoint, or a peer's run) starts
+    again."""
+    if run.entry.peer:
+        if command_for is None:
+            raise OffpolicyError(f"{run.label}: peer entries run from benchmarks/learning.py")
+        if run.run_dir.exists():
+            shutil.rmtree(run.run_dir)
+        run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        return command_for(run)
+    cmd = train_command(run, python)
+    if (run.run_dir / "checkpoints" / "latest").exists():
+        cmd.append("--resume")
+    elif run.run_dir.exists():
+        shutil.rmtree(run.run_dir)
+    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    return cmd
+
+
+def single_threaded_env() -> dict[str, str]:
+    """One thread per run: learning curves do not depend on thread counts, and several runs
+    side by side with multi-threaded BLAS/OpenMP/XLA oversubscribe the cores badly (SB3 fell
+    to 12 steps/s with 4 such runs on 2 cores)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                        "intra_op_parallelism_threads=1").strip()
+    return env
+
+
+# ---------------------------------------------------------------------- claims between drivers
+def _claim_path(run_dir: Path) -> Path:
+    return run_dir.parent / f".{run_dir.name}.lock"
+
+
+def claim(run_dir: Path) -> bool:
+    """Take the run for this driver: an exclusive file holding our host and PID; a claim of
+    this host whose process is gone is stale and taken over."""
+    lock = _claim_path(run_dir)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    me = f"{socket.gethostname()} {os.getpid()}"
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                parts = lock.read_text().split()
+                host, pid = (parts[0], int(parts[1])) if len(parts) == 2 else (
+                    socket.gethostname(), int(parts[0]) if parts else 0)
+                if host != socket.gethostname():
+                    return False  # another machine's driver: trust it
+                os.kill(pid, 0)
+                return False  # another live driver here runs it
+            except (ProcessLookupError, ValueError, OSError):
+                lock.unlink(missing_ok=True)
+                continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
+        return True
+    return False
+
+
+def release(run_dir: Path) -> None:
+    _claim_path(run_dir).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------- outcome and progress
+@dataclass
+class Outcome:
+    done: list[RunSpec] = field(default_factory=list)  # finished before this call
+    ran: list[RunSpec] = field(default_factory=list)  # finished by this call
+    failed: list[tuple[RunSpec, str]] = field(default_factory=list)
+    busy: list[RunSpec] = field(default_factory=list)  # another driver runs them
+    stopped: int = 0  # the signal that stopped the suite, 0 if none
+
+    def exit_code(self) -> int:
+        if self.stopped:
+            return 128 + self.stopped
+        return 1 if self.failed else 0
+
+
+class Progress:
+    """One view over the grid: a rich bar of env steps done over all runs, and a line per
+    run in flight, on a terminal; one line per run started and ended elsewhere."""
+
+    def __init__(self, runs: list[RunSpec], done: list[RunSpec], enabled: bool = True,
+                 stream=None):
+        self.stream = stream or sys.stderr
+        self.total = sum(r.steps for r in runs)
+        self.base = sum(r.steps for r in done)
+        self.live = None
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.enabled = enabled
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self.live = RichProgress(TextColumn("{task.description}"), BarColumn(bar_width=20),
+                                     MofNCompleteColumn(), TimeElapsedColumn(),
+                                     console=Console(file=self.stream), transient=False)
+            self.grid = self.live.add_task("suite (env steps)", total=self.total,
+                                           completed=self.base)
+            self.rows: dict[Path, int] = {}
+            self.live.start()
+
+    def started(self, run: RunSpec, where: str = "") -> None:
+        if self.tty:
+            self.rows[run.run_dir] = self.live.add_task(f"  {run.label}{where}", total=run.steps)
+        elif self.enabled:
+            print(f"[{time.strftime('%H:%M:%S')}] start {run.label}{where} "
+                  f"({run.steps} steps; log {run.log_path})", file=self.stream, flush=True)
+
+    def update(self, active: list[RunSpec]) -> None:
+        if not self.tty:
+            return
+        now = 0
+        for run in active:
+            step = min(current_step(run.run_dir), run.steps)
+            now += step
+            if run.run_dir in self.rows:
+                self.live.update(self.rows[run.run_dir], completed=step)
+        self.live.update(self.grid, completed=self.base + now)
+
+    def ended(self, run: RunSpec, ok: bool, what: str = "") -> None:
+        if ok:
+            self.base += run.steps
+        if self.tty:
+            task = self.rows.pop(run.run_dir, None)
+            if task is not None:
+                self.live.remove_task(task)
+            self.live.update(self.grid, completed=self.base)
+            if not ok:
+                self.live.console.print(f"failed: {run.label}: {what}")
+        elif self.enabled:
+            print(f"[{time.strftime('%H:%M:%S')}] {'done' if ok else 'FAILED'} {run.label}"
+                  f"{': ' + what if what else ''}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+@contextlib.contextmanager
+def _stop_signals(handler):
+    """SIGINT and SIGTERM call ``handler`` (the main thread only) for the block's length."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _tail(path: Path, n: int = 3) -> str:
+    try:
+        lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return " | ".join(x.strip() for x in lines[-n:])
+
+
+def split_finished(runs: list[RunSpec]) -> tuple[list[RunSpec], list[RunSpec]]:
+    done = [r for r in runs if finished(r.run_dir, r.steps)]
+    return done, [r for r in runs if r not in done]
+
+
+# ---------------------------------------------------------------------- local processes
+def run_local(runs: list[RunSpec], jobs: int = 1,
+              command_for: Callable[[RunSpec], list[str]] | None = None,
+              progress: bool = True, stream=None,
+              after_each: Callable[[RunSpec], None] | None = None) -> Outcome:
+    """Run the unfinished ``runs``, ``jobs`` at a time, each a subprocess; ``after_each(run)``
+    once each has ended (the report is rewritten there). SIGINT/SIGTERM stop every run with
+    SIGTERM (each writes its checkpoint) and return; rerunning continues."""
+    if jobs < 1:
+        raise OffpolicyError(f"--jobs must be at least 1, got {jobs}")
+    done, todo = split_finished(runs)
+    out = Outcome(done=done)
+    view = Progress(runs, done, progress, stream)
+    active: dict[Path, tuple[RunSpec, subprocess.Popen, object]] = {}
+    stop = []
+
+    def on_signal(signum, frame):
+        stop.append(signum)
+        for _, proc, _ in active.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+    try:
+        with _stop_signals(on_signal):
+            while (todo or active) and not (stop and not active):
+                while todo and len(active) < jobs and not stop:
+                    run = todo.pop(0)
+                    if not claim(run.run_dir):
+                        out.busy.append(run)
+                        continue
+                    try:
+                        cmd = prepare(run, command_for)
+                    except BaseException:
+                        release(run.run_dir)
+                        raise
+                    log = open(run.log_path, "a")
+                    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {' '.join(cmd)}", file=log,
+                          flush=True)
+                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                            env=single_threaded_env(), start_new_session=True)
+                    active[run.run_dir] = (run, proc, log)
+                    view.started(run)
+                for key in list(active):
+                    run, proc, log = active[key]
+                    rc = proc.poll()
+                    if rc is None:
+                        continue
+                    log.close()
+                    release(run.run_dir)
+                    del active[key]
+                    if stop:
+                        continue
+                    if rc == 0 and finished(run.run_dir, run.steps):
+                        out.ran.append(run)
+                        view.ended(run, True)
+                    else:
+                        why = f"exit code {rc}; log {run.log_path}: {_tail(run.log_path, 1)}"
+                        out.failed.append((run, why))
+                        view.ended(run, False, why)
+                    if after_each is not None:
+                        after_each(run)
+                view.update([r for r, _, _ in active.values()])
+                time.sleep(0.25)
+    finally:
+        for run, proc, log in active.values():  # an exception here: stop what we started
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            proc.wait()
+            log.close()
+            release(run.run_dir)
+        view.close()
+    if stop:
+        out.stopped = stop[0]
+    return out
+
+
+# ---------------------------------------------------------------------- Ray
+def _set_parent_death_signal() -> None:
+    """In the child of a Ray task: die with SIGKILL when the task's worker dies (a lost
+    node), instead of training on unowned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _wait_for_run_lock(run_dir: Path, timeout: float) -> None:
+    """Wait until no process holds the run directory's lock (a lost attempt's may, briefly)."""
+    import fcntl
+
+    from offpolicy.training.lock import LOCK_FILE
+
+    path = run_dir / LOCK_FILE
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return  # train's own lock error then says who holds it
+            time.sleep(1.0)
+        finally:
+            os.close(fd)
+
+
+def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
+    """One run, on whatever node Ray chose: its exit code, the node, the run's small files
+    and the tail of its log."""
+    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    _wait_for_run_lock(run.run_dir, lock_timeout)
+    host = socket.gethostname()
+    if finished(run.run_dir, run.steps):  # an earlier attempt finished it after all
+        rc = 0
+    else:
+        cmd = prepare(run)
+        with open(run.log_path, "a") as log:
+            print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] attempt on {host} "
+                  f"(pid {os.getpid()}): {' '.join(cmd)}", file=log, flush=True)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                    env=single_threaded_env(),
+                                    preexec_fn=_set_parent_death_signal)
+            try:
+                rc = proc.wait()
+            except BaseException:  # cancelled (the driver stopped): checkpoint and go
+                proc.send_signal(signal.SIGTERM)
+                proc.wait()
+                raise
+    files = {}
+    for name in SMALL_FILES:
+        with contextlib.suppress(OSError):
+            files[name] = (run.run_dir / name).read_text()
+    return {"rc": rc, "host": host, "files": files, "log": _tail(run.log_path, 3)}
+
+
+def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool = True,
+            stream=None, after_each: Callable[[RunSpec], None] | None = None) -> Outcome:
+    """One Ray task per unfinished run on the cluster at ``address`` (``auto``: the one this
+    machine belongs to), each retried ``retries`` times when its node is lost or it fails."""
+    try:
+        import ray
+    except ImportError as e:
+        raise OffpolicyError("--ray-address needs Ray: pip install 'offpolicy[distributed]'") \
+            from e
+    import logging
+
+    from offpolicy.training.distributed import _one_line, _ray_failure, _spawning
+
+    if any(r.entry.peer for r in runs):
+        raise OffpolicyError("peer entries run locally (--jobs), not on Ray")
+    done, todo = split_finished(runs)
+    out = Outcome(done=done)
+    if not todo:
+        return out
+    try:
+        with _spawning():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.ERROR)
+    except Exception as e:
+        raise OffpolicyError(f"cannot join the Ray cluster at {address}: "
+                             f"{type(e).__name__}: {_one_line(e)}") from e
+    env_vars = {k: os.environ[k] for k in ("PYTHONPATH", "OFFPOLICY_CACHE_DIR", "JAX_PLATFORMS")
+                if k in os.environ}
+    task = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False)(run_task) \
+        .options(runtime_env={"env_vars": env_vars} if env_vars else None)
+    view = Progress(runs, done, progress, stream)
+    attempts = {r.run_dir: 1 for r in todo}
+    pending = {}
+    for run in todo:
+        pending[task.remote(run)] = run
+        view.started(run)
+    stop = []
+
+    def on_signal(signum, frame):
+        stop.append(signum)
+
+    try:
+        with _stop_signals(on_signal):
+            while pending and not stop:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                view.update(list(pending.values()))
+                for ref in ready:
+                    run = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayError as e:
+                        result = {"rc": -1, "host": "?", "files": {}, "log": _ray_failure(e)}
+                    _write_back(run, result["files"])
+                    if result["rc"] == 0 and finished(run.run_dir, run.steps):
+                        out.ran.append(run)
+                        view.ended(run, True)
+                        if after_each is not None:
+                            after_each(run)
+                    elif result["rc"] != FAILED_TWICE and attempts[run.run_dir] <= retries:
+                        attempts[run.run_dir] += 1
+                        pending[task.remote(run)] = run
+                    else:
+                        why = f"exit code {result['rc']} on {result['host']}: {result['log']}"
+                        out.failed.append((run, why))
+                        view.ended(run, False, why)
+    finally:
+        if stop:
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+            with contextlib.suppress(Exception):
+                ray.wait(list(pending), num_returns=len(pending), timeout=60)
+            out.stopped = stop[0]
+        view.close()
+        ray.shutdown()
+    return out
+
+
+def _write_back(run: RunSpec, files: dict[str, str]) -> None:
+    """The run's small files, as the node that ran it sent them, where this driver reads them
+    (the same files already on shared storage: left as they are)."""
+    for name, text in files.items():
+        p = run.run_dir / name
+        try:
+            if p.exists() and p.read_text() == text:
+                continue
+        except OSError:
+            pass
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".part")
+        tmp.write_text(text)
+        os.replace(tmp, p)

@@ -1,0 +1,351 @@
+"""A suite: an experiment grid (entries x envs x seeds) read from YAML, checked before any run.
+
+The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the reference)::
+
+    name: refer-mujoco                 # default: the file's stem
+    description: one line              # what ``offpolicy suite list`` shows
+    reference: the paper, figure or table this reproduces
+    cost: how long the default budget takes here, and the paper's
+    envs: [HalfCheetah-v5, Hopper-v5]  # or a mapping env -> {steps, eval_every, entries,
+                                       #   threshold} overriding the suite's for that env
+    seeds: [0, 1, 2]
+    steps: 100000
+    eval: {every: 10000, episodes: 20}
+    flags: --buffer-size 262144        # every entry's, before its own (its own win)
+    paper: {steps: 1000000, seeds: [0, 1, 2, 3, 4]}   # what ``--paper`` selects
+    entries:
+      ddpg-er: {algo: ddpg, flags: --replay er --replay-diagnostics}
+      ddpg: {}                         # algo defaults to the entry's name
+    compare: [[ddpg-refer, ddpg-er]]   # Welch tests of final returns, (entry, against)
+    metrics: [kl_mu_pi]                # train.csv columns drawn and averaged per entry
+    threshold: 1000                    # sample efficiency: first evaluation at or above it
+
+Every problem is one line naming the file and the key, raised as
+:class:`~offpolicy.errors.OffpolicyError` (exit 2 from the command) before any run starts:
+:func:`check` parses every entry as the ``offpolicy train`` command it will run and checks
+that the algorithm takes the env's actions.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from offpolicy import registry
+from offpolicy.errors import OffpolicyError, did_you_mean
+
+SUITES_DIR = Path(__file__).resolve().parent
+# flags a suite sets for each run: an entry or suite ``flags`` may not set them
+RUNNER_FLAGS = ("--env", "--steps", "--seed", "--run-dir", "--eval-every", "--eval-episodes",
+                "--resume", "--quiet", "--no-quiet", "--config")
+TOP_KEYS = ("name", "description", "reference", "cost", "envs", "seeds", "steps", "eval",
+            "flags", "paper", "entries", "compare", "metrics", "threshold")
+ENV_KEYS = ("steps", "eval_every", "entries", "threshold")
+ENTRY_KEYS = ("algo", "flags", "peer", "note")
+EVAL_KEYS = ("every", "episodes")
+PAPER_KEYS = ("steps", "seeds", "eval_every")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of the grid: an algorithm and its flags (or, in benchmarks/learning.py only, a
+    peer library's script: ``peer``)."""
+
+    name: str
+    algo: str
+    flags: tuple[str, ...] = ()
+    peer: str | None = None
+    note: str = ""
+
+    def command(self) -> str:
+        """What the entry runs, for reports: ``offpolicy train ALGO FLAGS``."""
+        if self.peer:
+            return self.note or f"peer {self.peer}"
+        return " ".join(["offpolicy train", self.algo, *self.flags])
+
+
+@dataclass(frozen=True)
+class EnvPlan:
+    """One env of the grid with its budget and the entries run on it."""
+
+    env: str
+    steps: int
+    eval_every: int
+    entries: tuple[str, ...]
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    path: Path | None
+    description: str
+    reference: str
+    cost: str
+    envs: tuple[EnvPlan, ...]
+    seeds: tuple[int, ...]
+    eval_episodes: int
+    flags: tuple[str, ...]
+    entries: dict[str, Entry]
+    compare: tuple[tuple[str, str], ...] = ()
+    metrics: tuple[str, ...] = ()
+    paper: dict = field(default_factory=dict)
+
+    def select(self, *, seeds=None, steps=None, envs=None, entries=None,
+               paper: bool = False) -> Suite:
+        """The suite with the command line's choices: ``paper`` first (the paper's budget),
+        then explicit ``seeds``, ``steps``, ``envs`` and ``entries`` (subsets, checked)."""
+        s = self
+        if paper:
+            if not self.paper:
+                raise OffpolicyError(f"suite {self.name} names no paper budget (no 'paper:' key)")
+            s = replace(s, seeds=tuple(self.paper.get("seeds", s.seeds)),
+                        envs=tuple(replace(e, steps=self.paper.get("steps", e.steps),
+                                           eval_every=self.paper.get("eval_every", e.eval_every))
+                                   for e in s.envs))
+        if seeds is not None:
+            s = replace(s, seeds=tuple(seeds))
+        if steps is not None:
+            if steps <= 0:
+                raise OffpolicyError(f"--steps must be positive, got {steps}")
+            s = replace(s, envs=tuple(replace(e, steps=steps, eval_every=min(e.eval_every, steps))
+                                      for e in s.envs))
+        if envs is not None:
+            known = [e.env for e in s.envs]
+            for name in envs:
+                if name not in known:
+                    raise OffpolicyError(f"suite {self.name} has no env {name!r}"
+                                         f"{did_you_mean(name, known)} (envs: {', '.join(known)})")
+            s = replace(s, envs=tuple(e for e in s.envs if e.env in envs))
+        if entries is not None:
+            for name in entries:
+                if name not in self.entries:
+                    raise OffpolicyError(
+                        f"suite {self.name} has no entry {name!r}"
+                        f"{did_you_mean(name, list(self.entries))} "
+                        f"(entries: {', '.join(self.entries)})")
+            s = replace(s, envs=tuple(replace(e, entries=tuple(n for n in e.entries
+                                                               if n in entries))
+                                      for e in s.envs))
+            s = replace(s, envs=tuple(e for e in s.envs if e.entries))
+        return s
+
+    def num_runs(self) -> int:
+        return sum(len(e.entries) for e in self.envs) * len(self.seeds)
+
+    def env_steps(self) -> int:
+        return sum(len(e.entries) * e.steps for e in self.envs) * len(self.seeds)
+
+
+def available() -> dict[str, Path]:
+    """The suites shipped with the package, by name."""
+    return {p.stem: p for p in sorted(SUITES_DIR.glob("*.yaml"))}
+
+
+def find(name_or_path: str | Path) -> Path:
+    """A shipped suite's file by name, or a user's YAML by path."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise OffpolicyError(f"suite file {p} not found")
+        return p
+    known = available()
+    if str(name_or_path) not in known:
+        raise OffpolicyError(f"unknown suite {str(name_or_path)!r}"
+                             f"{did_you_mean(str(name_or_path), list(known))} "
+                             f"(shipped: {', '.join(known)}; or give a YAML file's path)")
+    return known[str(name_or_path)]
+
+
+def load(name_or_path: str | Path, allow_peers: bool = False) -> Suite:
+    """Read and check the schema of a suite (types, keys, entry names); :func:`check` then
+    checks the entries against the algorithms and envs."""
+    path = find(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise OffpolicyError(f"cannot read suite {path}: {' '.join(str(e).split())}") from e
+    return parse(data, path, allow_peers)
+
+
+def _err(path, where: str, what: str) -> OffpolicyError:
+    return OffpolicyError(f"suite {path}: {where}: {what}")
+
+
+def _keys(path, where: str, d, valid) -> dict:
+    if not isinstance(d, dict):
+        raise _err(path, where, f"expected a mapping, got {type(d).__name__} {d!r}")
+    for k in d:
+        if k not in valid:
+            raise _err(path, where, f"unknown key {k!r}{did_you_mean(str(k), list(valid))} "
+                                    f"(valid: {', '.join(valid)})")
+    return d
+
+
+def _int(path, where: str, v, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _err(path, where, f"expected an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _number(path, where: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _err(path, where, f"expected a number, got {v!r}")
+    return float(v)
+
+
+def _str(path, where: str, v) -> str:
+    if not isinstance(v, str):
+        raise _err(path, where, f"expected a string, got {v!r}")
+    return v
+
+
+def _flags(path, where: str, v) -> tuple[str, ...]:
+    """Flags as a string (split as a shell would) or a list of strings."""
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        flags = shlex.split(v)
+    elif isinstance(v, list) and all(isinstance(x, (str, int, float)) and not isinstance(x, bool)
+                                     for x in v):
+        flags = [str(x) for x in v]
+    else:
+        raise _err(path, where, f"expected flags as a string or a list of strings, got {v!r}")
+    for f in flags:
+        if f.split("=")[0] in RUNNER_FLAGS:
+            raise _err(path, where, f"{f.split('=')[0]} is set by the suite for each run "
+                                    "(use the suite's envs/steps/seeds/eval keys)")
+    return tuple(flags)
+
+
+def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suite:
+    d = _keys(path, "top level", data, TOP_KEYS)
+    if "entries" not in d or "envs" not in d:
+        raise _err(path, "top level", "needs 'envs' and 'entries'")
+    name = _str(path, "name", d.get("name", Path(str(path)).stem))
+    steps = _int(path, "steps", d.get("steps", 100_000), 1)
+    ev = _keys(path, "eval", d.get("eval", {}) or {}, EVAL_KEYS)
+    every = _int(path, "eval.every", ev.get("every", 10_000), 1)
+    episodes = _int(path, "eval.episodes", ev.get("episodes", 20), 1)
+    seeds = d.get("seeds", [0, 1, 2])
+    if not isinstance(seeds, list) or not seeds:
+        raise _err(path, "seeds", f"expected a non-empty list of integers, got {seeds!r}")
+    seeds = tuple(_int(path, "seeds", s) for s in seeds)
+    entries_d = _keys(path, "entries", d["entries"], list(d["entries"] or {}))
+    if not entries_d:
+        raise _err(path, "entries", "no entries")
+    entries = {}
+    for ename, e in entries_d.items():
+        where = f"entries.{ename}"
+        e = _keys(path, where, e if e is not None else {}, ENTRY_KEYS)
+        peer = e.get("peer")
+        if peer is not None and not allow_peers:
+            raise _err(path, where, "'peer' entries run from benchmarks/learning.py (they need "
+                                    "the peers' bench venv)")
+        entries[str(ename)] = Entry(str(ename), _str(path, f"{where}.algo", e.get("algo", ename)),
+                                    _flags(path, f"{where}.flags", e.get("flags")),
+                                    None if peer is None else _str(path, f"{where}.peer", peer),
+                                    _str(path, f"{where}.note", e.get("note", "")))
+    threshold = d.get("threshold")
+    threshold = None if threshold is None else _number(path, "threshold", threshold)
+    envs_d = d["envs"]
+    if isinstance(envs_d, list):
+        envs_d = {_str(path, "envs", e): {} for e in envs_d}
+    envs_d = _keys(path, "envs", envs_d, list(envs_d) if isinstance(envs_d, dict) else [])
+    if not envs_d:
+        raise _err(path, "envs", "no envs")
+    envs = []
+    for env, over in envs_d.items():
+        where = f"envs.{env}"
+        over = _keys(path, where, over if over is not None else {}, ENV_KEYS)
+        names = over.get("entries", list(entries))
+        if not isinstance(names, list):
+            raise _err(path, f"{where}.entries", f"expected a list of entry names, got {names!r}")
+        for n in names:
+            if n not in entries:
+                raise _err(path, f"{where}.entries", f"unknown entry {n!r}"
+                                                     f"{did_you_mean(str(n), list(entries))}")
+        t = over.get("threshold", threshold)
+        envs.append(EnvPlan(str(env), _int(path, f"{where}.steps", over.get("steps", steps), 1),
+                            _int(path, f"{where}.eval_every", over.get("eval_every", every), 1),
+                            tuple(names), None if t is None else _number(path, where, t)))
+    compare = d.get("compare", []) or []
+    if not isinstance(compare, list):
+        raise _err(path, "compare", f"expected a list of [entry, against] pairs, got {compare!r}")
+    pairs = []
+    for pair in compare:
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise _err(path, "compare", f"expected [entry, against], got {pair!r}")
+        for n in pair:
+            if n not in entries:
+                raise _err(path, "compare", f"unknown entry {n!r}"
+                                            f"{did_you_mean(str(n), list(entries))}")
+        pairs.append((pair[0], pair[1]))
+    metrics = d.get("metrics", []) or []
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise _err(path, "metrics", f"expected a list of train.csv column names, got {metrics!r}")
+    paper = _keys(path, "paper", d.get("paper", {}) or {}, PAPER_KEYS)
+    if "steps" in paper:
+        _int(path, "paper.steps", paper["steps"], 1)
+    if "eval_every" in paper:
+        _int(path, "paper.eval_every", paper["eval_every"], 1)
+    if "seeds" in paper:
+        if not isinstance(paper["seeds"], list) or not paper["seeds"]:
+            raise _err(path, "paper.seeds", f"expected a list of integers, got {paper['seeds']!r}")
+        for s in paper["seeds"]:
+            _int(path, "paper.seeds", s)
+    return Suite(name, Path(path) if not isinstance(path, Path) else path,
+                 _str(path, "description", d.get("description", "")),
+                 _str(path, "reference", d.get("reference", "")),
+                 _str(path, "cost", d.get("cost", "")), tuple(envs), seeds, episodes,
+                 _flags(path, "flags", d.get("flags")), entries, tuple(pairs),
+                 tuple(metrics), dict(paper))
+
+
+def check(suite: Suite, envs: bool = True) -> None:
+    """Every entry parses as the ``offpolicy train`` command it will run (the suite's flags,
+    then its own); with ``envs``, each env is built once and every entry's algorithm must take
+    its actions (after the entry's ``--discretize``)."""
+    used = {n for e in suite.envs for n in e.entries}
+    runs = {}
+    for name in used:
+        entry = suite.entries[name]
+        if entry.peer:
+            continue
+        try:
+            if entry.algo not in registry.ALGORITHMS:
+                registry.get(entry.algo)  # the one-line unknown-algorithm error
+            from offpolicy.train_args import resolve_train
+
+            runs[name] = resolve_train(entry.algo, [*suite.flags, *entry.flags])
+        except OffpolicyError as e:
+            raise OffpolicyError(f"suite {suite.path or suite.name}: entries.{name}: {e}") from None
+    if not envs:
+        return
+    from offpolicy.envs import action_spec, make_env
+
+    for plan in suite.envs:
+        probe = None
+        try:
+            try:
+                probe = make_env(plan.env, 0)
+            except OffpolicyError as e:
+                raise OffpolicyError(f"suite {suite.path or suite.name}: envs.{plan.env}: {e}") \
+                    from None
+            for name in plan.entries:
+                if name not in runs:
+                    continue
+                run = runs[name]
+                kinds = registry.get(run.algo).action_kinds
+                spec = action_spec(probe, run.train.discretize)
+                if spec.kind not in kinds:
+                    raise OffpolicyError(
+                        f"suite {suite.path or suite.name}: entries.{name} on {plan.env}: "
+                        f"{run.algo} does not support {spec.kind} actions ({plan.env} has "
+                        f"{spec.describe()}); {run.algo} supports: {', '.join(kinds)}")
+        finally:
+            if probe is not None:
+                probe.close()

@@ -1,0 +1,145 @@
+"""The ``offpolicy train`` flags: generated from the config dataclasses, parsed without
+abbreviations, every error one line (:class:`~offpolicy.errors.OffpolicyError`).
+
+Used by the ``offpolicy`` command and by experiment suites, which check every entry of a suite
+as the train command it will run before any run starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import typing
+from pathlib import Path
+
+from offpolicy import config as C
+from offpolicy import registry
+from offpolicy.errors import OffpolicyError, did_you_mean
+
+# argparse reads "-1e-3" as a flag (its negative-number test knows no exponent): such a value
+# after an option that takes one is joined to it, "--vracer.lr=-1e-3", which argparse reads
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises OffpolicyError (one line) instead of printing usage and exiting,
+    and takes no abbreviated flags (``--step`` is not ``--steps``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        joined: list[str] = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            action = self._option_string_actions.get(a)
+            if (action is not None and action.nargs != 0 and i + 1 < len(args)
+                    and _NEGATIVE_NUMBER.match(args[i + 1])):
+                joined.append(f"{a}={args[i + 1]}")
+                i += 2
+                continue
+            joined.append(a)
+            i += 1
+        return super().parse_known_args(joined, namespace)
+
+    def error(self, message: str) -> typing.NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            flags = [a for a in message.split(":", 1)[1].split() if a.startswith("-")]
+            known = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
+            bad = flags[0] if flags else message.split(":", 1)[1].strip()
+            hint = did_you_mean(bad.split("=")[0], known)
+            raise OffpolicyError(
+                f"{self.prog}: unknown flag {bad}{hint} (valid: {', '.join(known)})")
+        raise OffpolicyError(f"{self.prog}: {message}")
+
+
+def _flag(prefix: str, name: str) -> str:
+    return "--" + (prefix + "." if prefix else "") + name.replace("_", "-")
+
+
+def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str, defaults) -> None:
+    group = parser.add_argument_group(f"{prefix or 'training'} options")
+    for f in C.fields_of(cls):
+        tp = C.field_type(cls, f)
+        dest = (prefix + "." if prefix else "") + f.name
+        default = getattr(defaults, f.name)
+        help_ = f"{f.metadata.get('help', '')} (default: {default})"
+        kw = dict(dest=dest, default=argparse.SUPPRESS, help=help_)
+        if tp is bool:
+            group.add_argument(_flag(prefix, f.name), action=argparse.BooleanOptionalAction, **kw)
+        elif typing.get_origin(tp) is tuple:
+            group.add_argument(_flag(prefix, f.name), type=int, nargs="+", metavar="N", **kw)
+        else:
+            choices = f.metadata.get("choices")
+            group.add_argument(_flag(prefix, f.name), type=tp, choices=choices,
+                               metavar=None if choices else f.name.upper(), **kw)
+
+
+def train_parser(algo: str) -> Parser:
+    spec = registry.get(algo)
+    p = Parser(prog=f"offpolicy train {algo}", description=spec.description,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--run-dir", type=Path, default=argparse.SUPPRESS,
+                   help="run directory (default: runs/<algo>-<env>-s<seed>)")
+    p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
+                   help="YAML file with train: and section keys (as a run's config.yaml)")
+    p.add_argument("--preset", choices=[*spec.presets, registry.NO_PRESET],
+                   default=argparse.SUPPRESS,
+                   help="named hyper-parameter preset: " + describe_presets(spec))
+    p.add_argument("--resume", action="store_true", default=False,
+                   help="continue the run in --run-dir from its latest checkpoint")
+    # the defaults shown are this algorithm's resolved ones (its own batch size, replay,
+    # memory...), not the dataclasses'
+    defaults = registry.resolve(algo)
+    _add_fields(p, C.TrainConfig, "", defaults.train)
+    _add_fields(p, spec.config_cls, spec.section, defaults.agent)
+    return p
+
+
+def describe_presets(spec) -> str:
+    """``name (--flag value, ...)`` for each preset, as the help of ``--preset``."""
+
+    def pair(prefix: str, name: str, value) -> str:
+        flag = _flag(prefix, name)
+        if isinstance(value, bool):  # BooleanOptionalAction: --x / --no-x
+            return flag if value else "--no-" + flag[2:]
+        shown = " ".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+        return f"{flag} {shown}"
+
+    out = []
+    for name, values in spec.presets.items():
+        values = dict(values)
+        pairs = [pair("", k, v) for k, v in (values.pop("train", None) or {}).items()]
+        pairs += [pair(spec.section, k, v) for k, v in values.items()]
+        out.append(f"{name} ({', '.join(pairs) or 'the defaults'})")
+    out.append(f"{registry.NO_PRESET} (the defaults, also on an env with a default preset)")
+    text = "; ".join(out)
+    if spec.env_presets:
+        text += ". Default on " + ", ".join(f"{env}: {name}"
+                                            for env, name in spec.env_presets.items())
+    return text.replace("%", "%%")  # argparse %-formats help strings
+
+
+def split_flags(ns: dict, section: str) -> tuple[dict, dict]:
+    """Parsed flags -> (training-loop overrides, algorithm-section overrides)."""
+    train_names = {f.name for f in C.fields_of(C.TrainConfig)}
+    train = {k: v for k, v in ns.items() if k in train_names}
+    agent = {k.split(".", 1)[1]: v for k, v in ns.items() if k.startswith(section + ".")}
+    return train, agent
+
+
+def resolve_train(algo: str, flags: list[str]) -> registry.RunConfig:
+    """The run an ``offpolicy train ALGO FLAGS...`` command would start (no ``--config`` or
+    ``--resume`` handling): raises a one-line OffpolicyError for an unknown algorithm, flag,
+    preset or value."""
+    spec = registry.get(algo)
+    ns = vars(train_parser(algo).parse_args(flags))
+    train_over, agent_over = split_flags(ns, spec.section)
+    file_dict = registry.load_yaml(ns["config"]) if "config" in ns else None
+    return registry.resolve(algo, preset=ns.get("preset") or (file_dict or {}).get("preset"),
+                            file_dict=file_dict, train_overrides=train_over,
+                            agent_overrides=agent_over)

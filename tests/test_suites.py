@@ -1,0 +1,223 @@
+"""Experiment suites (``offpolicy suite``): the schema's one-line errors, the smoke suite over
+every algorithm, resumption after a kill, and Ray dispatch surviving a lost node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from offpolicy import cli, registry
+from offpolicy.suites import runner, spec
+
+TINY = "--ddpg.hidden 16 16 --batch-size 16 --warmup-steps 100 --log-every 100"
+
+
+def _suite_file(tmp_path: Path, name: str = "tiny", **over) -> Path:
+    d = {"name": name, "description": "a test grid", "envs": ["Pendulum-v1"], "seeds": [0],
+         "steps": 600, "eval": {"every": 300, "episodes": 2}, "flags": TINY,
+         "entries": {"ddpg": {}, "ddpg-refer": {"algo": "ddpg", "flags": "--replay refer"}}}
+    d.update(over)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def _cmd(*args) -> list[str]:
+    return [sys.executable, "-m", "offpolicy", "suite", *map(str, args)]
+
+
+# ---------------------------------------------------------------------- the schema
+BAD = [
+    (dict(stepz=10), "top level: unknown key 'stepz'; did you mean steps"),
+    (dict(steps="ten"), "steps: expected an integer >= 1, got 'ten'"),
+    (dict(seeds=3), "seeds: expected a non-empty list of integers"),
+    (dict(eval={"every": 100, "episods": 2}), "eval: unknown key 'episods'"),
+    (dict(entries={"x": {"algo": "ddgp"}}), "entries.x: unknown algorithm 'ddgp'"),
+    (dict(entries={"x": {"algo": "ddpg", "flags": "--ddpg.hiden 3"}}),
+     "entries.x: offpolicy train ddpg: unknown flag --ddpg.hiden"),
+    (dict(entries={"x": {"algo": "ddpg", "flags": "--replay nope"}}),
+     "entries.x: offpolicy train ddpg: argument --replay: invalid choice: 'nope'"),
+    (dict(entries={"x": {"algo": "ddpg", "flags": "--steps 5"}}),
+     "entries.x.flags: --steps is set by the suite for each run"),
+    (dict(entries={"x": {"algo": "ddpg", "flgs": "--steps 5"}}), "entries.x: unknown key 'flgs'"),
+    (dict(envs={"Pendulum-v1": {"entries": ["ddpg", "dpg"]}}),
+     "envs.Pendulum-v1.entries: unknown entry 'dpg'"),
+    (dict(compare=[["ddpg", "sac"]]), "compare: unknown entry 'sac'"),
+    (dict(flags="--batch-size 16", entries={"x": {"algo": "exact-q"}}),
+     "entries.x on Pendulum-v1: exact-q does not support continuous actions"),
+    (dict(envs=["Pendulum-v9"]), "envs.Pendulum-v9: unknown environment id 'Pendulum-v9'"),
+]
+
+
+@pytest.mark.parametrize("over, message", BAD, ids=[m.split(":")[0] for _, m in BAD])
+def test_a_bad_suite_is_one_line_and_exit_2_before_any_run(tmp_path, capsys, over, message):
+    path = _suite_file(tmp_path, **over)
+    out = tmp_path / "out"
+    assert cli.main(["suite", "run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("offpolicy: error: suite "), err
+    assert message in err, err
+    assert not out.exists()  # no run started, no folder made
+
+
+def test_command_line_selections_are_checked(tmp_path, capsys):
+    path = _suite_file(tmp_path)
+    for args, message in ((["--entries", "ddpg-refr"], "no entry 'ddpg-refr'; did you mean"),
+                          (["--envs", "Hopper-v5"], "no env 'Hopper-v5'"),
+                          (["--paper"], "names no paper budget"),
+                          (["--jobs", "0", "--dry-run"], None)):
+        rc = cli.main(["suite", "run", str(path), "--out", str(tmp_path / "o"), *args])
+        err = capsys.readouterr().err
+        if message:
+            assert rc == 2 and message in err, err
+    assert cli.main(["suite", "run", "smok"]) == 2
+    assert "unknown suite 'smok'; did you mean smoke" in capsys.readouterr().err
+
+
+def test_every_shipped_suite_loads_and_its_entries_parse():
+    """Every entry of every shipped suite is a valid ``offpolicy train`` command (the envs are
+    built by the suites' own runs: MuJoCo, DM Control and Atari are checked there)."""
+    shipped = spec.available()
+    assert {"smoke", "ace-table1", "refer-mujoco", "acer-mujoco", "acer-atari", "aql-control",
+            "ddpg-parity"} <= set(shipped)
+    for path in shipped.values():
+        s = spec.load(path)
+        spec.check(s, envs=False)
+        if s.name != "smoke":
+            assert s.paper and s.cost and s.reference, s.name
+            paper = s.select(paper=True)
+            assert paper.env_steps() >= s.env_steps()
+
+
+def test_selection_and_the_paper_budget(tmp_path):
+    s = spec.load(_suite_file(tmp_path, paper={"steps": 5000, "seeds": [0, 1, 2, 3, 4]}))
+    p = s.select(paper=True)
+    assert p.seeds == (0, 1, 2, 3, 4) and p.envs[0].steps == 5000
+    q = s.select(paper=True, seeds=[7], steps=200, entries=["ddpg"])
+    assert q.seeds == (7,) and q.envs[0].steps == 200 and q.envs[0].eval_every == 200
+    assert q.envs[0].entries == ("ddpg",) and q.num_runs() == 1
+    runs = runner.plan(s.select(seeds=[0, 1]), runner.default_layout(tmp_path))
+    assert [(r.entry.name, r.seed) for r in runs] == [("ddpg", 0), ("ddpg-refer", 0),
+                                                      ("ddpg", 1), ("ddpg-refer", 1)]
+    assert runs[1].run_dir == tmp_path / "Pendulum-v1" / "ddpg-refer" / "s0"
+    cmd = runner.train_command(runs[1])
+    # the suite's flags first, the entry's after them (they win)
+    assert cmd.index("--batch-size") < cmd.index("--replay")
+
+
+# ---------------------------------------------------------------------- smoke: every algorithm
+def test_smoke_suite_runs_every_algorithm_and_a_rerun_does_no_work(tmp_path):
+    """Acceptance 1 and 2 (first half): ``offpolicy suite run smoke`` exercises every
+    algorithm of ``offpolicy list``; run again, it starts nothing."""
+    smoke = spec.load("smoke")
+    assert {e.algo for e in smoke.entries.values()} == set(registry.ALGORITHMS)
+    out = tmp_path / "smoke"
+    r = subprocess.run(_cmd("run", "smoke", "--jobs", "2", "--out", out), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    runs = runner.plan(smoke, runner.default_layout(out))
+    assert len(runs) == 16 and all(runner.finished(x.run_dir, x.steps) for x in runs)
+    report = (out / "report.md").read_text()
+    assert "## Pendulum-v1" in report and "## CartPole-v1" in report
+    assert "| tm-ace | 1 | 600 |" in report and "| exact-q | 1 | 600 |" in report
+    assert (out / "report.png").stat().st_size > 10_000
+    logs = {x.log_path: x.log_path.read_text() for x in runs}
+    again = subprocess.run(_cmd("run", "smoke", "--jobs", "2", "--out", out),
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0
+    assert "16 runs, 16 finished, 0 to run or resume" in again.stderr
+    assert {x.log_path: x.log_path.read_text() for x in runs} == logs  # nothing ran
+
+
+# ---------------------------------------------------------------------- resumption
+def test_a_killed_suite_finishes_the_rest_and_repeats_no_finished_run(tmp_path):
+    path = _suite_file(tmp_path, steps=1200, flags=TINY + " --checkpoint-every 200",
+                       eval={"every": 600, "episodes": 2})
+    out = tmp_path / "out"
+    s = spec.load(path)
+    runs = runner.plan(s, runner.default_layout(out))
+    first, second = runs
+    proc = subprocess.Popen(_cmd("run", path, "--out", out), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    # stop it once the first run finished and the second has a checkpoint
+    while not ((second.run_dir / "checkpoints" / "latest").exists()
+               and runner.finished(first.run_dir, first.steps)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "run the same command again to finish the 1 runs left" in err
+    assert not runner.finished(second.run_dir, second.steps)
+    again = subprocess.run(_cmd("run", path, "--out", out), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "2 runs, 1 finished, 1 to run or resume" in again.stderr
+    assert all(runner.finished(r.run_dir, r.steps) for r in runs)
+    commands = [x for x in second.log_path.read_text().splitlines() if " -m offpolicy " in x]
+    assert len(commands) == 2 and commands[1].endswith("--resume")
+    assert len([x for x in first.log_path.read_text().splitlines()
+                if " -m offpolicy " in x]) == 1  # the finished run never ran again
+
+
+def test_claims_keep_two_drivers_apart(tmp_path):
+    d = tmp_path / "Pendulum-v1" / "ddpg" / "s0"
+    assert runner.claim(d) and not runner.claim(d)  # our own live claim holds
+    runner.release(d)
+    lock = d.parent / ".s0.lock"
+    lock.write_text(f"{os.uname().nodename} 999999999")  # a claim whose driver is gone
+    assert runner.claim(d)
+    runner.release(d)
+    lock.write_text("another-host 1")  # another machine's driver: trusted
+    assert not runner.claim(d)
+
+
+# ---------------------------------------------------------------------- Ray
+def test_ray_dispatch_survives_a_lost_node(tmp_path):
+    """Acceptance 2: a 2-node local Ray cluster, one node removed while it runs a run: the
+    suite completes, the lost run retried (from its checkpoint: the storage is shared)."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    path = _suite_file(tmp_path, steps=1200, seeds=[0, 1],
+                       flags=TINY + " --checkpoint-every 200",
+                       eval={"every": 600, "episodes": 2})
+    out = tmp_path / "out"
+    runs = runner.plan(spec.load(path), runner.default_layout(out))
+    from offpolicy.training.distributed import _spawning
+
+    with _spawning():  # Ray starts its processes with fork + exec: JAX's warning is moot
+        cluster = Cluster(initialize_head=True, connect=False,
+                          head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        with _spawning():
+            node = cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+        proc = subprocess.Popen(_cmd("run", path, "--out", out, "--ray-address",
+                                     cluster.address), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+        def attempts(r):
+            return r.log_path.read_text().count("] attempt on ") if r.log_path.exists() else 0
+
+        deadline = time.monotonic() + 240
+        while sum(attempts(r) > 0 for r in runs) < 2:  # both nodes busy
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(3.0)
+        cluster.remove_node(node)
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        assert all(runner.finished(r.run_dir, r.steps) for r in runs)
+        assert max(attempts(r) for r in runs) >= 2, [attempts(r) for r in runs]
+        assert (out / "report.md").exists()
+    finally:
+        cluster.shutdown()

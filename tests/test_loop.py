@@ -284,3 +284,25 @@ def test_api_errors(tmp_path):
         offpolicy.load(tmp_path / "missing")
     with pytest.raises(OffpolicyError, match="invalid checkpoint"):
         offpolicy.load(tmp_path, "middle")
+
+
+def test_a_run_resumed_by_a_version_logging_a_new_column_keeps_one_header(tmp_path):
+    """train.csv of a run started before a column existed (updates_per_s), resumed after:
+    the header gains the column, the older rows are blank there, every row parses."""
+    from offpolicy.plotting import parse_csv, read_metric
+    from offpolicy.training.logger import CsvLog
+
+    path = tmp_path / "train.csv"
+    path.write_text("step,wall_time,loss\n100,1.0,0.5\n200,2.0,0.4\n")
+    log = CsvLog(path, ["step", "wall_time", "updates_per_s", "loss"])
+    log.write({"step": 300, "wall_time": 3.0, "updates_per_s": 50.0, "loss": 0.3})
+    log.close()
+    header, rows, _ = parse_csv(path)
+    assert header == ["step", "wall_time", "loss", "updates_per_s"]
+    assert rows == [["100", "1.0", "0.5", ""], ["200", "2.0", "0.4", ""],
+                    ["300", "3", "0.3", "50"]]
+    assert list(read_metric(tmp_path, "loss")["step"]) == [100, 200, 300]
+    log = CsvLog(path, ["step", "loss"])  # fewer columns: the file's header stays
+    log.write({"step": 400, "loss": 0.2})
+    log.close()
+    assert parse_csv(path)[1][-1] == ["400", "", "0.2", ""]

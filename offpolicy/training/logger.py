@@ -71,10 +71,40 @@ def _truncate_csv(path: Path, max_step: int) -> None:
             raise
 
 
+def _widen_header(path: Path, columns: list[str]) -> list[str]:
+    """The columns to append with to the CSV at ``path``: its own header's, plus (the file
+    rewritten atomically, older rows blank there) the ``columns`` it lacks. A run resumed by a
+    newer version that logs another column keeps one header for every row."""
+    if not path.exists() or path.stat().st_size == 0:
+        return columns
+    header, rows, _ = parse_csv(path)
+    if not header:
+        return columns
+    missing = [c for c in columns if c not in header]
+    if not missing:
+        return header
+    wide = header + missing
+    with _writing(path):
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with open(tmp, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(wide)
+                w.writerows(r + [""] * len(missing) for r in rows if r)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    return wide
+
+
 class CsvLog:
     def __init__(self, path: Path, columns: list[str]):
         self.path = path
-        self.columns = columns
+        self.columns = _widen_header(path, columns)
         with _writing(path):
             new = not path.exists() or path.stat().st_size == 0
             self._f = open(path, "a", newline="")

@@ -261,16 +261,46 @@ def _labels(keys: list[dict[str, str]]) -> list[str]:
     return labels
 
 
+def _fill_missing(cfgs: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Fields a newer version added to config.yaml (``train.sync_every``...) are missing from
+    older runs: among runs of one algorithm and env, a field that every run having it sets
+    to one value is taken to have that value where it is missing."""
+    by: dict[tuple, list[dict[str, str]]] = defaultdict(list)
+    for cfg in cfgs:
+        by[(cfg.get("algo"), cfg.get("train.env"))].append(cfg)
+    for group in by.values():
+        for f in set().union(*group) - {"preset"}:
+            values = {c[f] for c in group if f in c}
+            if len(values) == 1:
+                value = values.pop()
+                for c in group:
+                    c.setdefault(f, value)
+    return cfgs
+
+
+def _identity(cfg: dict[str, str], *also_ignored: str) -> tuple:
+    """What makes two runs the same configuration (env aside): every field but NOT_CONFIG."""
+    return tuple(sorted((k, v) for k, v in cfg.items() if k not in NOT_CONFIG
+                        and k != "train.env" and k not in also_ignored))
+
+
 def group_by_env(run_dirs: list[Path]) -> dict[str, dict[str, list[Path]]]:
     """Runs grouped by env, then by configuration (the resolved config but for the seed, the
     length and logging): env -> label -> run directories. Labels name the algorithm and what
     differs between its configurations; runs of different envs never share a group."""
     by_env: dict[str, dict[tuple, list[Path]]] = defaultdict(dict)
     configs: dict[tuple, dict[str, str]] = {}
-    for r in run_dirs:
-        cfg = run_config(r)
-        key = tuple(sorted((k, v) for k, v in cfg.items()
-                           if k not in NOT_CONFIG and k != "train.env"))
+    cfgs = _fill_missing([run_config(r) for r in run_dirs])
+    # a run written before config.yaml named the preset (preset: None) is the same
+    # configuration as one that names it when every resolved field agrees
+    named = defaultdict(set)
+    for cfg in cfgs:
+        if cfg.get("preset", "None") != "None":
+            named[_identity(cfg, "preset")].add(cfg["preset"])
+    for r, cfg in zip(run_dirs, cfgs):
+        if cfg.get("preset", "None") == "None" and len(named[_identity(cfg, "preset")]) == 1:
+            cfg["preset"] = next(iter(named[_identity(cfg, "preset")]))
+        key = _identity(cfg)
         configs[key] = dict(key)
         by_env[cfg.get("train.env", "?")].setdefault(key, []).append(Path(r))
     out = {}

@@ -74,3 +74,20 @@ def test_plot_draws_one_panel_per_env_and_names_runs_without_the_metric(tmp_path
     assert len(notes) == 1, m.stderr
     assert "1 run without a train.csv column 'critic_loss'" in notes[0]
     assert notes[0].endswith("naf-pendulum-s0"), notes[0]
+
+
+def test_a_run_from_an_older_config_yaml_is_the_same_configuration(tmp_path):
+    """A run written before config.yaml named the paper preset (preset: null) and before a
+    field existed (train.sync_every) groups with a newer run of the same settings; a run that
+    really differs (--preset fast) stays apart."""
+    r = tmp_path / "runs"
+    old = _run(r, "old-s0", "ddpg", "HalfCheetah-v5", 0, 2000)
+    new = _run(r, "new-s1", "ddpg", "HalfCheetah-v5", 1, 2000)
+    fast = _run(r, "fast-s2", "ddpg", "HalfCheetah-v5", 2, 2000, preset="fast")
+    cfg = yaml.safe_load((old / "config.yaml").read_text())
+    assert cfg["preset"] == "paper"
+    cfg["preset"] = None
+    del cfg["train"]["sync_every"]
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    groups = group_by_env([old, new, fast])["HalfCheetah-v5"]
+    assert groups == {"ddpg preset=fast": [fast], "ddpg preset=paper": [old, new]}

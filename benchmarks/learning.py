@@ -301,7 +301,11 @@ def main() -> int:
     if not a.report_only:
         outcome = runner.run_local(runs, a.jobs, peer_command(a.peers_python),
                                    after_each=after_each)
-        if outcome.stopped:
+        for run, why in outcome.failed:
+            print(f"failed: {run.label}: {why}", file=sys.stderr)
+        if outcome.stopped or outcome.failed:
+            if not outcome.stopped:
+                write_report(suite, runs, a.out_dir, stem, command, title=title)
             return outcome.exit_code()
     if a.include_running:
         stem, title = stem + "_partial", title + " (runs in progress included)"

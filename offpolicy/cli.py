@@ -294,6 +294,16 @@ def _suite_plan(a):
     return suite, out, runner.plan(suite, runner.default_layout(out))
 
 
+def _suite_run_command(a) -> str:
+    """The ``offpolicy suite run`` command of a report's selection (what reruns its grid)."""
+    parts = ["offpolicy suite run", a.suite]
+    for flag, value in (("--seeds", a.seeds), ("--steps", a.steps), ("--envs", a.envs),
+                        ("--entries", a.entries), ("--out", a.out)):
+        if value is not None:
+            parts += [flag, *map(str, value if isinstance(value, list) else [value])]
+    return " ".join(parts + (["--paper"] if a.paper else []))
+
+
 def cmd_suite(argv: list[str]) -> int:
     usage = ("usage: offpolicy suite {list,run,report} ...\n"
              "  list                  the shipped suites, their runs and budgets\n"
@@ -328,13 +338,17 @@ def cmd_suite(argv: list[str]) -> int:
                       what == "report")
     a = p.parse_args(rest)
     suite, out, runs = _suite_plan(a)
-    command = "offpolicy suite run " + " ".join(rest)
+    command = _suite_run_command(a) if what == "report" else "offpolicy suite run " + " ".join(rest)
     if what == "report":
         text = report.write_report(suite, runs, out, "report", command, a.metric,
                                    include_running=a.include_running)
         print(text)
         print(f"report: {out / 'report.md'} (+ report.csv, report.png)", file=sys.stderr)
         return 0
+    if a.retries < 0:
+        raise OffpolicyError(f"--retries must be 0 or more, got {a.retries}")
+    if a.jobs < 1:
+        raise OffpolicyError(f"--jobs must be at least 1, got {a.jobs}")
     spec.check(suite)
     done, todo = runner.split_finished(runs)
     print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "

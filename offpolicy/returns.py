@@ -313,14 +313,14 @@ def retrace(rewards: Array, discounts: Array, q_taken: Array, next_values: Array
             lambda_: float | Array = 1.0, mask: Array | None = None,
             episode_ends: Array | None = None) -> Array:
     """Retrace targets Q^ret (Munos et al., 2016), in ACER's recursive form (Wang et al.,
-    2017, Eq. 5; for ease of presentation ACER takes lambda = 1):
+    2017, Eq. 5; for ease of presentation ACER takes lambda = 1)::
 
         Q^ret_t = r_t + d_t [v_{t+1} + c_{t+1} (Q^ret_{t+1} - q_{t+1})],
         Q^ret_t = r_t + d_t v_{t+1}                    at the last step of a run,
         c_t     = lambda min(c, rho_t)                 (Eq. 5; Algorithm 2: c = 1), or
         c_t     = lambda min(c, rho_t^(1/d_A))         (continuous ACER, Sec. 5, Algorithm 3).
 
-    This equals ACER's backward loop (Algorithms 2 and 3) on a window x_0..x_k, k = T:
+    This equals ACER's backward loop (Algorithms 2 and 3) on a window x_0..x_k, k = T::
 
         Q^ret <- 0 if x_k is terminal else V(x_k)                (= d_{k-1} v_k below)
         for i = k-1, ..., 0:

@@ -125,6 +125,20 @@ def test_runs_in_progress_join_a_partial_report_at_their_common_step(tmp_path):
     assert "In progress (in the table" in text
 
 
+def test_a_metric_some_entries_do_not_log_is_drawn_for_those_that_do(tmp_path):
+    """ace-separate's action_spread: DDPG has no actor spread; the report (rewritten after
+    every run of a grid) must not fail on it."""
+    root = tmp_path / "runs"
+    for entry in ("ace", "ddpg"):
+        _fake_run(root / entry / "s0", [(10, -1.0)], [(10, 1.0)])
+    d = root / "ace" / "s0" / "train.csv"
+    d.write_text("step,action_spread\n10,0.25\n")
+    suite, runs = _grid("ace-separate", root, "HalfCheetah-v5", 10, [0])
+    text = write_report(suite, runs, tmp_path / "o", "a", "cmd")
+    assert "Mean `action_spread`" in text and "ace 0.25" in text
+    assert (tmp_path / "o" / "a_action_spread.png").exists()
+
+
 def test_every_compared_pair_names_entries_of_its_suite():
     for suite, pairs in learning.SUITE_COMPARISONS.items():
         for mine, other in pairs:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from offpolicy import cli, registry
+from offpolicy.errors import OffpolicyError
 from offpolicy.suites import runner, spec
 
 TINY = "--ddpg.hidden 16 16 --batch-size 16 --warmup-steps 100 --log-every 100"
@@ -52,6 +53,9 @@ BAD = [
     (dict(compare=[["ddpg", "sac"]]), "compare: unknown entry 'sac'"),
     (dict(flags="--batch-size 16", entries={"x": {"algo": "exact-q"}}),
      "entries.x on Pendulum-v1: exact-q does not support continuous actions"),
+    (dict(seeds=[0, 1, 1]), "seeds: 1 appears twice"),
+    (dict(envs={"Pendulum-v1": {"entries": ["ddpg", "ddpg"]}}),
+     "envs.Pendulum-v1.entries: 'ddpg' appears twice"),
     (dict(envs=["Pendulum-v9"]), "envs.Pendulum-v9: unknown environment id 'Pendulum-v9'"),
 ]
 
@@ -72,11 +76,16 @@ def test_command_line_selections_are_checked(tmp_path, capsys):
     for args, message in ((["--entries", "ddpg-refr"], "no entry 'ddpg-refr'; did you mean"),
                           (["--envs", "Hopper-v5"], "no env 'Hopper-v5'"),
                           (["--paper"], "names no paper budget"),
-                          (["--jobs", "0", "--dry-run"], None)):
+                          (["--seeds", "1", "1"], "--seeds names a seed twice"),
+                          (["--retries", "-1"], "--retries must be 0 or more"),
+                          (["--jobs", "0"], "--jobs must be at least 1")):
         rc = cli.main(["suite", "run", str(path), "--out", str(tmp_path / "o"), *args])
         err = capsys.readouterr().err
         if message:
             assert rc == 2 and message in err, err
+    smoke = spec.load("smoke")
+    with pytest.raises(OffpolicyError, match="the selection leaves no run"):
+        smoke.select(envs=["Pendulum-v1"], entries=["exact-q"])  # exact-q runs on CartPole
     assert cli.main(["suite", "run", "smok"]) == 2
     assert "unknown suite 'smok'; did you mean smoke" in capsys.readouterr().err
 
@@ -178,6 +187,38 @@ def test_claims_keep_two_drivers_apart(tmp_path):
     runner.release(d)
     lock.write_text("another-host 1")  # another machine's driver: trusted
     assert not runner.claim(d)
+
+
+def test_a_run_still_held_by_a_live_process_is_left_alone(tmp_path):
+    """A driver stopped hard (SIGKILL) leaves its train process running with the run
+    directory's lock: the next driver takes the stale claim but neither deletes nor
+    resumes the directory under it, and a report that fails is a warning, not the end."""
+    path = _suite_file(tmp_path)
+    runs = runner.plan(spec.load(path).select(entries=["ddpg"]),
+                       runner.default_layout(tmp_path / "out"))
+    d = runs[0].run_dir
+    d.mkdir(parents=True)
+    (d / "marker").write_text("mine")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from offpolicy.training.lock import RunDirLock\n"
+                               f"lock = RunDirLock({str(d)!r}); print('held', flush=True)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (d.parent / ".s0.lock").write_text(f"{os.uname().nodename} 999999999")  # stale claim
+        assert runner.run_dir_in_use(d)
+        calls = []
+
+        def broken_report(run):
+            calls.append(run)
+            raise RuntimeError("cannot draw")
+
+        out = runner.run_local(runs, progress=False, after_each=broken_report)
+        assert out.busy == runs and not out.failed and (d / "marker").read_text() == "mine"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not runner.run_dir_in_use(d)
 
 
 # ---------------------------------------------------------------------- Ray

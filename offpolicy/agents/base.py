@@ -32,6 +32,7 @@ runtime (``offpolicy.training``) reads only what this protocol declares:
     the part of the state the policy needs (what a remote collector would be sent).
 ``exploration_noise``
     ``acting.NoiseSpec`` for deterministic policies with additive host-side noise, else None.
+
 Optional members: an agent that lacks one gets its default. They are read here only, once, into
 the :class:`Contract` that :func:`check_agent` returns; the runtime reads the contract:
 

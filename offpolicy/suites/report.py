@@ -19,6 +19,7 @@ import csv
 import os
 import platform
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -251,8 +252,10 @@ def _metric_text(groups, metrics, pairs, stem: str, env_tag: str) -> str:
         for e, dirs in groups.items():
             have = [d for d in dirs if has_metric(d, metric)]
             if have:
-                means[e] = float(np.mean([np.mean(read_metric(d, metric)["return_mean"])
-                                          for d in have]))
+                with warnings.catch_warnings():  # a run whose column is all NaN: NaN
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    means[e] = float(np.nanmean([np.nanmean(
+                        read_metric(d, metric)["return_mean"]) for d in have]))
         if not means:
             continue
         text += (f"\nMean `{metric}` over each run's training (train.csv), mean over runs "
@@ -270,7 +273,7 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
     """Write the report files (module docstring) and return the Markdown. ``include_running``:
     the runs in progress join the tables, tests and curves (each row compared at the last step
     all its runs reached, marked): a partial reading of a grid that takes days."""
-    from offpolicy.plotting import format_table, plot_envs, table_rows
+    from offpolicy.plotting import format_table, has_metric, plot_envs, table_rows
 
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = list(suite.metrics if metrics is None else metrics)
@@ -297,9 +300,15 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
     panels = {env: by_env.get(env, {}) for env in by_env_all}
     plot_envs(panels, out_dir / f"{stem}.png",
               f"{suite.name}: evaluation return, mean over seeds +- s.e.")
-    for metric in metrics:
-        plot_envs(panels, out_dir / f"{stem}_{metric}.png",
-                  f"{suite.name}: {metric}, mean over seeds +- s.e.", metric=metric, log=True)
+    for metric in metrics:  # the runs that log it (DDPG has no actor spread)
+        having = {env: {e: [d for d in dirs if has_metric(d, metric)]
+                        for e, dirs in groups.items()} for env, groups in panels.items()}
+        having = {env: {e: dirs for e, dirs in groups.items() if dirs}
+                  for env, groups in having.items()}
+        if any(having.values()):
+            plot_envs(having, out_dir / f"{stem}_{metric}.png",
+                      f"{suite.name}: {metric}, mean over seeds +- s.e.", metric=metric,
+                      log=True)
     every = {min(p.eval_every, p.steps) for p in suite.envs}
     lines = [f"# {title or 'Suite ' + suite.name}", ""]
     if suite.description:
@@ -373,6 +382,7 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
         if not evs or max(int(r["step"]) for r in evs) < run.steps \
                 or (run.run_dir / "eval.csv").exists():
             continue
+        evs = [r for r in evs if int(r["step"]) <= run.steps]  # a longer run's tail stays out
         run.run_dir.mkdir(parents=True, exist_ok=True)
         with open(run.run_dir / "eval.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -382,7 +392,7 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
                 n = int(r["episodes"])
                 std = float(r["return_se"]) * n**0.5
                 w.writerow([r["step"], r["return_mean"], std, r["return_se"], n, ""])
-        tr = mine(train_rows, run)
+        tr = [r for r in mine(train_rows, run) if int(r["step"]) <= run.steps]
         if tr:
             keys = [k for k in tr[0] if k not in ("env", "entry", "seed")]
             with open(run.run_dir / "train.csv", "w", newline="") as f:

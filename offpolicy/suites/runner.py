@@ -36,7 +36,8 @@ from offpolicy.errors import OffpolicyError
 from offpolicy.suites.spec import Entry, Suite
 
 SMALL_FILES = ("config.yaml", "eval.csv", "train.csv")
-FAILED_TWICE = 2  # a run whose command fails with exit 2 (a bad flag) is not retried
+BAD_INPUT = 2  # offpolicy train's exit code for bad input: not retried
+BUSY = -2  # a Ray task that found its run directory in use: retried
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ def env_slug(env: str) -> str:
 
 
 def default_layout(out: Path) -> Callable[[str, str, int], Path]:
+    """``OUT/<env>/<entry>/s<seed>``, absolute: a Ray worker resolves no path against its
+    own working directory."""
+    out = Path(out).resolve()
     return lambda env, entry, seed: out / env_slug(env) / entry / f"s{seed}"
 
 
@@ -254,8 +258,9 @@ class Progress:
 
 @contextlib.contextmanager
 def _stop_signals(handler):
-    """SIGINT and SIGTERM call ``handler`` (the main thread only) for the block's length."""
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal) call ``handler`` (the main thread only)
+    for the block's length."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     for s in old:
         signal.signal(s, handler)
     try:
@@ -284,8 +289,9 @@ def run_local(runs: list[RunSpec], jobs: int = 1,
               progress: bool = True, stream=None,
               after_each: Callable[[RunSpec], None] | None = None) -> Outcome:
     """Run the unfinished ``runs``, ``jobs`` at a time, each a subprocess; ``after_each(run)``
-    once each has ended (the report is rewritten there). SIGINT/SIGTERM stop every run with
-    SIGTERM (each writes its checkpoint) and return; rerunning continues."""
+    once each has ended (the report is rewritten there; its failure is a warning, never the
+    suite's end). SIGINT, SIGTERM or SIGHUP stop every run with SIGTERM (each writes its
+    checkpoint) and return; a second signal kills them. Rerunning continues."""
     if jobs < 1:
         raise OffpolicyError(f"--jobs must be at least 1, got {jobs}")
     done, todo = split_finished(runs)
@@ -298,28 +304,18 @@ def run_local(runs: list[RunSpec], jobs: int = 1,
         stop.append(signum)
         for _, proc, _ in active.values():
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM if len(stop) == 1 else signal.SIGKILL)
 
     try:
         with _stop_signals(on_signal):
             while (todo or active) and not (stop and not active):
                 while todo and len(active) < jobs and not stop:
                     run = todo.pop(0)
-                    if not claim(run.run_dir):
-                        out.busy.append(run)
-                        continue
-                    try:
-                        cmd = prepare(run, command_for)
-                    except BaseException:
-                        release(run.run_dir)
-                        raise
-                    log = open(run.log_path, "a")
-                    print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {' '.join(cmd)}", file=log,
-                          flush=True)
-                    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                            env=single_threaded_env(), start_new_session=True)
-                    active[run.run_dir] = (run, proc, log)
-                    view.started(run)
+                    started = _start(run, command_for, out, view)
+                    if started is not None:
+                        active[run.run_dir] = started
+                        if stop:  # a signal while it started: it stops with the rest
+                            started[1].send_signal(signal.SIGTERM)
                 for key in list(active):
                     run, proc, log = active[key]
                     rc = proc.poll()
@@ -337,21 +333,97 @@ def run_local(runs: list[RunSpec], jobs: int = 1,
                         why = f"exit code {rc}; log {run.log_path}: {_tail(run.log_path, 1)}"
                         out.failed.append((run, why))
                         view.ended(run, False, why)
-                    if after_each is not None:
-                        after_each(run)
+                    _after(after_each, run, view)
                 view.update([r for r, _, _ in active.values()])
                 time.sleep(0.25)
     finally:
         for run, proc, log in active.values():  # an exception here: stop what we started
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-            proc.wait()
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             log.close()
             release(run.run_dir)
         view.close()
     if stop:
         out.stopped = stop[0]
     return out
+
+
+def _start(run: RunSpec, command_for, out: Outcome, view: Progress):
+    """Claim and start ``run``: (run, process, log), or None when another driver has it, it
+    finished meanwhile, or it could not start (recorded as failed)."""
+    if not claim(run.run_dir):
+        out.busy.append(run)
+        return None
+    if finished(run.run_dir, run.steps):  # another driver finished it since we looked
+        release(run.run_dir)
+        out.done.append(run)
+        view.base += run.steps
+        return None
+    if run_dir_in_use(run.run_dir):  # a process a stopped driver left behind still runs it
+        release(run.run_dir)
+        out.busy.append(run)
+        return None
+    log = None
+    try:
+        cmd = prepare(run, command_for)
+        log = open(run.log_path, "a")
+        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {' '.join(cmd)}", file=log, flush=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                env=single_threaded_env(), start_new_session=True)
+    except (OSError, OffpolicyError) as e:
+        if log is not None:
+            log.close()
+        release(run.run_dir)
+        why = f"could not start: {' '.join(str(e).split())}"
+        out.failed.append((run, why))
+        view.ended(run, False, why)
+        return None
+    except BaseException:
+        if log is not None:
+            log.close()
+        release(run.run_dir)
+        raise
+    view.started(run)
+    return run, proc, log
+
+
+def _after(after_each, run: RunSpec, view: Progress) -> None:
+    if after_each is None:
+        return
+    try:
+        after_each(run)
+    except Exception as e:  # a report that cannot be drawn must not stop the grid
+        print(f"offpolicy: warning: after {run.label}: {type(e).__name__}: "
+              f"{' '.join(str(e).split())[:300]}", file=view.stream, flush=True)
+
+
+def run_dir_in_use(run_dir: Path) -> bool:
+    """Whether a live process holds the run directory's lock (``offpolicy train`` holds it
+    from start to end; the kernel drops it when the process ends, however it ends)."""
+    import fcntl
+
+    from offpolicy.training.lock import LOCK_FILE
+
+    path = run_dir / LOCK_FILE
+    if not path.exists():
+        return False
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------- Ray
@@ -366,37 +438,25 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def _wait_for_run_lock(run_dir: Path, timeout: float) -> None:
-    """Wait until no process holds the run directory's lock (a lost attempt's may, briefly)."""
-    import fcntl
-
-    from offpolicy.training.lock import LOCK_FILE
-
-    path = run_dir / LOCK_FILE
+def _wait_for_run_lock(run_dir: Path, timeout: float) -> bool:
+    """Wait until no process holds the run directory's lock (a lost attempt's may, briefly);
+    False if one still does after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while path.exists():
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return  # train's own lock error then says who holds it
-            time.sleep(1.0)
-        finally:
-            os.close(fd)
+    while run_dir_in_use(run_dir):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1.0)
+    return True
 
 
 def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
     """One run, on whatever node Ray chose: its exit code, the node, the run's small files
     and the tail of its log."""
     run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    _wait_for_run_lock(run.run_dir, lock_timeout)
     host = socket.gethostname()
+    if not _wait_for_run_lock(run.run_dir, lock_timeout):
+        return {"rc": BUSY, "host": host, "files": {},
+                "log": f"{run.run_dir} still in use after {lock_timeout:.0f} s"}
     if finished(run.run_dir, run.steps):  # an earlier attempt finished it after all
         rc = 0
     else:
@@ -423,7 +483,10 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
 def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool = True,
             stream=None, after_each: Callable[[RunSpec], None] | None = None) -> Outcome:
     """One Ray task per unfinished run on the cluster at ``address`` (``auto``: the one this
-    machine belongs to), each retried ``retries`` times when its node is lost or it fails."""
+    machine belongs to). A run whose task fails (its node lost, the run's process failed) is
+    submitted again, up to ``retries`` more times; a bad input (exit 2) is not retried."""
+    if retries < 0:
+        raise OffpolicyError(f"--retries must be 0 or more, got {retries}")
     try:
         import ray
     except ImportError as e:
@@ -448,12 +511,19 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
                              f"{type(e).__name__}: {_one_line(e)}") from e
     env_vars = {k: os.environ[k] for k in ("PYTHONPATH", "OFFPOLICY_CACHE_DIR", "JAX_PLATFORMS")
                 if k in os.environ}
-    task = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False)(run_task) \
+    # Ray itself does not retry: the driver counts every attempt
+    task = ray.remote(num_cpus=1, max_retries=0, retry_exceptions=False)(run_task) \
         .options(runtime_env={"env_vars": env_vars} if env_vars else None)
     view = Progress(runs, done, progress, stream)
-    attempts = {r.run_dir: 1 for r in todo}
+    attempts: dict[Path, int] = {}
     pending = {}
+    claimed: list[RunSpec] = []
     for run in todo:
+        if not claim(run.run_dir):  # a driver of this machine, local or Ray, runs it
+            out.busy.append(run)
+            continue
+        claimed.append(run)
+        attempts[run.run_dir] = 1
         pending[task.remote(run)] = run
         view.started(run)
     stop = []
@@ -476,15 +546,16 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
                     if result["rc"] == 0 and finished(run.run_dir, run.steps):
                         out.ran.append(run)
                         view.ended(run, True)
-                        if after_each is not None:
-                            after_each(run)
-                    elif result["rc"] != FAILED_TWICE and attempts[run.run_dir] <= retries:
+                    elif result["rc"] != BAD_INPUT and attempts[run.run_dir] <= retries:
                         attempts[run.run_dir] += 1
                         pending[task.remote(run)] = run
+                        continue
                     else:
-                        why = f"exit code {result['rc']} on {result['host']}: {result['log']}"
+                        why = (f"exit code {result['rc']} on {result['host']} after "
+                               f"{attempts[run.run_dir]} attempts: {result['log']}")
                         out.failed.append((run, why))
                         view.ended(run, False, why)
+                    _after(after_each, run, view)
     finally:
         if stop:
             for ref in pending:
@@ -493,6 +564,8 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
             with contextlib.suppress(Exception):
                 ray.wait(list(pending), num_returns=len(pending), timeout=60)
             out.stopped = stop[0]
+        for run in claimed:
+            release(run.run_dir)
         view.close()
         ray.shutdown()
     return out

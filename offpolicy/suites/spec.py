@@ -107,6 +107,8 @@ class Suite:
                                            eval_every=self.paper.get("eval_every", e.eval_every))
                                    for e in s.envs))
         if seeds is not None:
+            if len(set(seeds)) != len(seeds):
+                raise OffpolicyError(f"--seeds names a seed twice: {' '.join(map(str, seeds))}")
             s = replace(s, seeds=tuple(seeds))
         if steps is not None:
             if steps <= 0:
@@ -131,6 +133,9 @@ class Suite:
                                                                if n in entries))
                                       for e in s.envs))
             s = replace(s, envs=tuple(e for e in s.envs if e.entries))
+        if s.num_runs() == 0:
+            raise OffpolicyError(f"suite {self.name}: the selection leaves no run (no chosen "
+                                 "entry runs on a chosen env)")
         return s
 
     def num_runs(self) -> int:
@@ -203,6 +208,15 @@ def _str(path, where: str, v) -> str:
     return v
 
 
+def _unique(path, where: str, values) -> None:
+    """A seed or an entry named twice would count one run twice in every statistic."""
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise _err(path, where, f"{v!r} appears twice")
+        seen.add(v)
+
+
 def _flags(path, where: str, v) -> tuple[str, ...]:
     """Flags as a string (split as a shell would) or a list of strings."""
     if v is None:
@@ -234,6 +248,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     if not isinstance(seeds, list) or not seeds:
         raise _err(path, "seeds", f"expected a non-empty list of integers, got {seeds!r}")
     seeds = tuple(_int(path, "seeds", s) for s in seeds)
+    _unique(path, "seeds", seeds)
     entries_d = _keys(path, "entries", d["entries"], list(d["entries"] or {}))
     if not entries_d:
         raise _err(path, "entries", "no entries")
@@ -264,6 +279,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
         names = over.get("entries", list(entries))
         if not isinstance(names, list):
             raise _err(path, f"{where}.entries", f"expected a list of entry names, got {names!r}")
+        _unique(path, f"{where}.entries", names)
         for n in names:
             if n not in entries:
                 raise _err(path, f"{where}.entries", f"unknown entry {n!r}"
@@ -297,6 +313,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
             raise _err(path, "paper.seeds", f"expected a list of integers, got {paper['seeds']!r}")
         for s in paper["seeds"]:
             _int(path, "paper.seeds", s)
+        _unique(path, "paper.seeds", paper["seeds"])
     return Suite(name, Path(path) if not isinstance(path, Path) else path,
                  _str(path, "description", d.get("description", "")),
                  _str(path, "reference", d.get("reference", "")),

@@ -1,0 +1,163 @@
+"""Pages generated at build time, so that they can never drift from the code and the results.
+
+- ``reference/flags.md``: every command's usage, every training flag and every algorithm's
+  flags (type, default, bounds or choices, help) and presets, from the registry and the
+  config dataclasses (:func:`cli_reference`).
+- ``results/``: the committed reports of ``benchmarks/results/`` (Markdown, plots, CSVs) and an
+  index of them, each with the command that reproduced it.
+
+Links from the hand-written pages to ``benchmarks/results/...`` (right on GitHub) are pointed
+at the copies while Sphinx reads the pages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+import typing
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+RESULT_FILES = ("*.md", "*.png", "*.csv")
+
+
+def _type_name(tp) -> str:
+    if typing.get_origin(tp) is tuple:
+        return "int ..."
+    return getattr(tp, "__name__", str(tp))
+
+
+def _bounds(meta: dict) -> str:
+    parts = []
+    for key, sign in (("gt", ">"), ("ge", ">="), ("le", "<="), ("lt", "<")):
+        if meta.get(key) is not None:
+            parts.append(f"{sign} {meta[key]:g}")
+    if meta.get("choices"):
+        parts.append(" \\| ".join(f"`{c}`" for c in meta["choices"]))
+    return ", ".join(parts)
+
+
+def _value(v) -> str:
+    if isinstance(v, (tuple, list)):
+        return " ".join(map(str, v))
+    return str(v)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def flag_rows(cls, prefix: str, defaults) -> list[str]:
+    """One Markdown table row per field of ``cls``: flag, type, default, bounds, help."""
+    from offpolicy import config as C
+
+    rows = []
+    for f in C.fields_of(cls):
+        flag = "--" + (prefix + "." if prefix else "") + f.name.replace("_", "-")
+        tp = C.field_type(cls, f)
+        if tp is bool:
+            flag += f" / --no-{flag[2:]}"
+        rows.append(f"| `{flag}` | {_type_name(tp)} | `{_value(getattr(defaults, f.name))}` | "
+                    f"{_bounds(f.metadata)} | {_cell(f.metadata.get('help', ''))} |")
+    return rows
+
+
+def _usage(argv: list[str]) -> str:
+    from offpolicy import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        cli.main(argv)
+    return out.getvalue().rstrip()
+
+
+def cli_reference() -> str:
+    """The whole reference page, Markdown."""
+    from offpolicy import cli, registry
+    from offpolicy import config as C
+    from offpolicy.train_args import describe_presets
+
+    head = ["| flag | type | default | bounds / choices | help |", "|---|---|---|---|---|"]
+    out = ["# Command-line reference", "",
+           "Generated from the registry and the config dataclasses when the docs are built: "
+           "every command, every flag with its type, default, bounds and help, every preset. "
+           "The guide is [the command line](../cli.md).", "", "## Commands", ""]
+    for name in cli.COMMANDS:
+        out += [f"### `offpolicy {name}`", "", "```text", _usage([name, "--help"]), "```", ""]
+    out += ["## Training flags", "",
+            "Shared by every algorithm; the defaults shown are the dataclass's (each algorithm "
+            "may set its own: see its section).", "", *head,
+            *flag_rows(C.TrainConfig, "", C.TrainConfig()), ""]
+    out += ["## Algorithms", ""]
+    for a in registry.ALGORITHMS.values():
+        resolved = registry.resolve(a.name)
+        train_diff = [f"`--{f.name.replace('_', '-')} {_value(getattr(resolved.train, f.name))}`"
+                      for f in C.fields_of(C.TrainConfig)
+                      if getattr(resolved.train, f.name) != getattr(C.TrainConfig(), f.name)
+                      and f.name != "env"]
+        out += [f"### `{a.name}`", "", a.description, "",
+                f"- actions: {', '.join(a.action_kinds)}",
+                f"- `--replay`: {', '.join(a.replays)}",
+                f"- presets: {_cell(describe_presets(a).replace('%%', '%'))}",
+                "- training defaults of its own: " + (", ".join(train_diff) or "none"), "",
+                *head, *flag_rows(a.config_cls, a.section, resolved.agent), ""]
+    return "\n".join(out) + "\n"
+
+
+def _title(path: Path) -> str:
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return path.stem
+
+
+def _command(path: Path) -> str:
+    m = re.search(r"^Command: `([^`]+)`", path.read_text(errors="replace"), re.M)
+    return m.group(1) if m else ""
+
+
+def copy_results(srcdir: Path) -> None:
+    """``benchmarks/results`` into ``results/`` with an index page."""
+    dest = srcdir / "results"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir()
+    for pattern in RESULT_FILES:
+        for p in sorted(RESULTS.glob(pattern)):
+            shutil.copy2(p, dest / p.name)
+    reports = sorted(p for p in dest.glob("*.md") if p.name != "index.md")
+    lines = ["# Results", "",
+             "Every report committed under `benchmarks/results/`, with the command that "
+             "reproduces it (run from a clone; `benchmarks/learning.py` and the peers' "
+             "benchmarks need `make bench-venv`).", "",
+             "| report | command |", "|---|---|"]
+    for p in reports:
+        cmd = _command(p)
+        lines.append(f"| [{_cell(_title(p))}]({p.name}) | {f'`{_cell(cmd)}`' if cmd else ''} |")
+    lines += ["", "```{toctree}", ":hidden:", "", *[p.stem for p in reports], "```", ""]
+    (dest / "index.md").write_text("\n".join(lines))
+
+
+def generate(app) -> None:
+    srcdir = Path(app.srcdir)
+    (srcdir / "reference").mkdir(exist_ok=True)
+    (srcdir / "reference" / "flags.md").write_text(cli_reference())
+    copy_results(srcdir)
+
+
+_RESULT_LINK = re.compile(r"\]\((?:\.\./)+benchmarks/results/")
+
+
+def rewrite_links(app, docname: str, source: list[str]) -> None:
+    """``](../../benchmarks/results/x.md)`` -> the copy under ``results/``."""
+    depth = docname.count("/")
+    source[0] = _RESULT_LINK.sub("](" + "../" * depth + "results/", source[0])
+
+
+def setup(app):
+    app.connect("builder-inited", generate)
+    app.connect("source-read", rewrite_links)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -4,7 +4,7 @@ VENV   := .venv
 STAMP  := $(VENV)/.installed
 RUN    := runs/ddpg-pendulum
 
-.PHONY: train test test-slow lint clean bench-venv
+.PHONY: train test test-slow lint docs clean bench-venv
 
 # bash with pipefail: an install's exit status survives the filter below
 SHELL := /bin/bash
@@ -19,7 +19,7 @@ NOT_OURS  := grep -v "^WARNING: Location '.*' is ignored: it is neither a file n
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q --upgrade pip 2>&1 | { $(NOT_OURS); }
-	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,distributed,tensorboard,dev]" 2>&1 | { $(NOT_OURS); }
+	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,distributed,tensorboard,docs,dev]" 2>&1 | { $(NOT_OURS); }
 	touch $(STAMP)
 
 # DDPG on Pendulum-v1 for 20k steps; writes $(RUN)/curve.png and prints the final return.
@@ -38,6 +38,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m slow
 
+# The documentation site, warnings as errors (a broken link or autodoc target fails it)
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check offpolicy tests benchmarks
 
@@ -53,4 +58,4 @@ bench-venv:
 	.venv-bench/bin/python -m pip install -q --no-deps pfrl==0.4.0 packaging filelock
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache docs/_build docs/results docs/reference/flags.md

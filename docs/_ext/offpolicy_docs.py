@@ -145,7 +145,8 @@ def generate(app) -> None:
     srcdir = Path(app.srcdir)
     (srcdir / "reference").mkdir(exist_ok=True)
     (srcdir / "reference" / "flags.md").write_text(cli_reference())
-    copy_results(srcdir)
+    if app.config.offpolicy_results:
+        copy_results(srcdir)
 
 
 _RESULT_LINK = re.compile(r"\]\((?:\.\./)+benchmarks/results/")
@@ -158,6 +159,8 @@ def rewrite_links(app, docname: str, source: list[str]) -> None:
 
 
 def setup(app):
+    # -D offpolicy_results=0: a build without the results pages (the tests' small sites)
+    app.add_config_value("offpolicy_results", True, "env", types=(bool, int))
     app.connect("builder-inited", generate)
     app.connect("source-read", rewrite_links)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

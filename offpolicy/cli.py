@@ -1,4 +1,4 @@
-"""The ``offpolicy`` command: train, eval, plot, table, list.
+"""The ``offpolicy`` command: train, eval, plot, table, list, bench, suite.
 
 Every bad input (unknown algorithm, env, flag or preset; invalid value; missing or corrupt
 checkpoint; NaN/inf in data or losses; an environment that raises in ``reset()`` or ``step()``)

@@ -87,7 +87,20 @@ def cli_reference() -> str:
            "The guide is [the command line](../cli.md).", "", "## Commands", ""]
     for name in cli.COMMANDS:
         out += [f"### `offpolicy {name}`", "", "```text", _usage([name, "--help"]), "```", ""]
-    out += ["## Training flags", "",
+    kinds = ("continuous", "discrete", "multi_discrete", "hybrid")
+    replays = ("er", "per", "refer", "refer1", "refer2")
+    out += ["## Can I use", "",
+            "What each algorithm accepts, from the registry (an env whose actions an "
+            "algorithm does not take is refused before the run starts; `--discretize K` turns "
+            "continuous actions into discrete ones).", "",
+            "| algorithm | " + " | ".join(kinds) + " | " + " | ".join(
+                f"`--replay {r}`" for r in replays) + " | presets |",
+            "|---|" + "---|" * (len(kinds) + len(replays) + 1)]
+    for a in registry.ALGORITHMS.values():
+        cells = ["yes" if k in a.action_kinds else "" for k in kinds]
+        cells += ["yes" if r in a.replays else "" for r in replays]
+        out.append(f"| `{a.name}` | " + " | ".join(cells) + f" | {', '.join(a.presets)} |")
+    out += ["", "## Training flags", "",
             "Shared by every algorithm; the defaults shown are the dataclass's (each algorithm "
             "may set its own: see its section).", "", *head,
             *flag_rows(C.TrainConfig, "", C.TrainConfig()), ""]

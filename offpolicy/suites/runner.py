@@ -461,8 +461,14 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
         rc = 0
     else:
         cmd = prepare(run)
+        try:  # which Ray node: several may share a host
+            import ray
+
+            node = ray.get_runtime_context().get_node_id()
+        except Exception:
+            node = "?"
         with open(run.log_path, "a") as log:
-            print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] attempt on {host} "
+            print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] attempt on {host} node {node} "
                   f"(pid {os.getpid()}): {' '.join(cmd)}", file=log, flush=True)
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                     env=single_threaded_env(),

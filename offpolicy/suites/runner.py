@@ -404,26 +404,10 @@ def _after(after_each, run: RunSpec, view: Progress) -> None:
 
 def run_dir_in_use(run_dir: Path) -> bool:
     """Whether a live process holds the run directory's lock (``offpolicy train`` holds it
-    from start to end; the kernel drops it when the process ends, however it ends)."""
-    import fcntl
+    from start to end)."""
+    from offpolicy.training.lock import in_use
 
-    from offpolicy.training.lock import LOCK_FILE
-
-    path = run_dir / LOCK_FILE
-    if not path.exists():
-        return False
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return in_use(run_dir)
 
 
 # ---------------------------------------------------------------------- Ray

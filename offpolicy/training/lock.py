@@ -83,3 +83,21 @@ def _read_pid(fd: int) -> int | None:
     except (OSError, UnicodeDecodeError):
         return None
     return int(text) if text.isdigit() else None
+
+
+def in_use(run_dir: Path) -> bool:
+    """Whether a live process holds ``run_dir``'s lock (the kernel drops it when the process
+    ends, however it ends), without taking it."""
+    path = Path(run_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

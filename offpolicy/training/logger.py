@@ -57,11 +57,16 @@ def _truncate_csv(path: Path, max_step: int) -> None:
             keep.append(r)
     if len(keep) == len(rows) + 1 and not incomplete:
         return
+    _replace_rows(path, keep)
+
+
+def _replace_rows(path: Path, rows) -> None:
+    """Write ``rows`` to ``path`` atomically: a failed write (a full disk) leaves it as it was."""
     with _writing(path):
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             with open(tmp, "w", newline="") as f:
-                csv.writer(f).writerows(keep)
+                csv.writer(f).writerows(rows)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -84,20 +89,7 @@ def _widen_header(path: Path, columns: list[str]) -> list[str]:
     if not missing:
         return header
     wide = header + missing
-    with _writing(path):
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            with open(tmp, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(wide)
-                w.writerows(r + [""] * len(missing) for r in rows if r)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+    _replace_rows(path, [wide, *(r + [""] * len(missing) for r in rows if r)])
     return wide
 
 

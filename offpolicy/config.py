@@ -310,6 +310,85 @@ class AQLConfig:
                                  "explore_epsilon", ge=0, le=1)
 
 
+
+@dataclass
+class TD3Config:
+    """TD3 (Fujimoto et al. 2018, Algorithm 1): twin critics, clipped double-Q targets, target
+    policy smoothing, delayed actor and target updates. The defaults are the paper's (Sec. 6.1
+    and Table 3), with its 1000-step random start as ``--warmup-steps`` in the registry."""
+
+    hidden: tuple[int, ...] = _f((400, 300), "hidden sizes of the actor and of each critic "
+                                 "(the paper: 400-300; SB3/SBX: --preset sb3, 256-256)")
+    activation: str = _f("relu", "hidden activation", choices=("tanh", "relu", "softsign"))
+    init: str = _f("torch", "weight initialisation (see --ddpg.init; the authors' PyTorch "
+                   "code keeps PyTorch's default)", choices=INIT_SCHEMES)
+    actor_lr: float = _f(1e-3, "Adam step size of the actor", gt=0)
+    critic_lr: float = _f(1e-3, "Adam step size of the twin critics", gt=0)
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    tau: float = _f(5e-3, "soft target update rate (every policy_delay updates)", gt=0, le=1)
+    exploration_sigma: float = _f(0.1, "std of the Gaussian exploration noise N(0, sigma^2) "
+                                  "added on the host (actions in [-1, 1])", ge=0)
+    policy_noise: float = _f(0.2, "std of the target policy smoothing noise (Eq. 14)", ge=0)
+    noise_clip: float = _f(0.5, "the smoothing noise is clipped to [-c, c] (Eq. 14)", ge=0)
+    policy_delay: int = _f(2, "d: the actor and the targets are updated every d critic "
+                           "updates (Algorithm 1)", ge=1)
+
+
+@dataclass
+class SACConfig:
+    """SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", Algorithm 1
+    and Table 1): twin soft Q-functions with targets, a tanh-squashed Gaussian policy,
+    automatic entropy tuning with target entropy -|A|."""
+
+    hidden: tuple[int, ...] = _f((256, 256), "hidden sizes of the policy and of each Q network")
+    activation: str = _f("relu", "hidden activation", choices=("tanh", "relu", "softsign"))
+    init: str = _f("flax", "weight initialisation (see --ddpg.init)", choices=INIT_SCHEMES)
+    actor_lr: float = _f(3e-4, "Adam step size of the policy", gt=0)
+    critic_lr: float = _f(3e-4, "Adam step size of the twin Q networks", gt=0)
+    alpha_lr: float = _f(3e-4, "Adam step size of log alpha (the temperature)", gt=0)
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    tau: float = _f(5e-3, "soft target update rate", gt=0, le=1)
+    initial_alpha: float = _f(1.0, "the temperature alpha at the start", gt=0)
+    learn_alpha: bool = _f(True, "tune alpha to the target entropy (Eq. 18); off: alpha stays "
+                           "at initial_alpha")
+    target_entropy: float = _f(0.0, "the entropy target H-bar of Eq. 18; 0 = the paper's "
+                               "-|A| (minus the action dimension)")
+    log_std_min: float = _f(-20.0, "the policy's log std is clipped to [min, max]")
+    log_std_max: float = _f(2.0, "upper clip of the policy's log std")
+
+
+@dataclass
+class DQNConfig:
+    """DQN (Mnih et al. 2015) with Double DQN (van Hasselt et al. 2016) and the dueling
+    architecture (Wang et al. 2016) as options, n-step returns and a linear epsilon schedule.
+    The defaults are SB3's DQN; ``--preset paper`` is the Nature paper's Atari setting."""
+
+    hidden: tuple[int, ...] = _f((64, 64), "hidden sizes of the Q network (after the Nature "
+                                 "CNN on image observations)")
+    activation: str = _f("relu", "hidden activation", choices=("tanh", "relu", "softsign"))
+    torso: str = _f("auto", "feature extractor: mlp, cnn (Nature CNN) or auto (cnn for image "
+                    "observations)", choices=("auto", "mlp", "cnn"))
+    init: str = _f("torch", "weight initialisation (see --ddpg.init)", choices=INIT_SCHEMES)
+    lr: float = _f(1e-4, "step size", gt=0)
+    optimizer: str = _f("adam", "adam, or rmsprop (the Nature paper's: decay 0.95, "
+                        "centred, epsilon 0.01)", choices=("adam", "rmsprop"))
+    max_grad_norm: float = _f(10.0, "clip the global gradient norm (0 = off)", ge=0)
+    loss: str = _f("huber", "TD loss: huber (the paper's error clipping to [-1, 1]) or mse",
+                   choices=("huber", "mse"))
+    gamma: float = _f(0.99, "discount factor", ge=0, le=1)
+    n_step: int = _f(1, "n of the n-step return target (returns.n_step_returns); n > 1 "
+                     "learns from windows of n steps", ge=1, le=100)
+    double: bool = _f(False, "Double DQN: the online network picks argmax_a Q(s', a), the "
+                      "target network values it (van Hasselt et al. 2016, Eq. 4)")
+    dueling: bool = _f(False, "dueling heads Q = V + A - mean_a A (Wang et al. 2016, Eq. 9)")
+    target_update_every: int = _f(2_500, "copy the online network to the target network "
+                                  "every this many updates (SB3: every 10 000 env steps at "
+                                  "one update per 4)", ge=1)
+    epsilon_start: float = _f(1.0, "epsilon at the first step", ge=0, le=1)
+    epsilon_end: float = _f(0.05, "epsilon after the decay", ge=0, le=1)
+    epsilon_decay_steps: int = _f(10_000, "env steps over which epsilon decays linearly "
+                                  "from epsilon_start to epsilon_end", ge=1)
+
 # ---------------------------------------------------------------------- generic helpers
 def fields_of(cls: type) -> list[dataclasses.Field]:
     return list(dataclasses.fields(cls))

@@ -312,6 +312,51 @@ class AdditiveNoise:
         return jnp.clip(self._params(params)[0], self.low, self.high)
 
 
+GAUSSIAN = Gaussian()
+
+
+@dataclass(frozen=True)
+class SquashedGaussian:
+    """a = tanh(u), u ~ N(mean, diag(std^2)): SAC's bounded policy (Haarnoja et al. 2018,
+    App. C, "Enforcing Action Bounds"), on the agent's box [-1, 1]^m.
+
+    * log p(a) = log N(u | mean, std^2) - sum_i log(1 - tanh(u_i)^2)                (Eq. 21)
+      with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2 u)), finite for any u;
+    * KL(p || q) = the Gaussians' KL (tanh is a bijection: the log-det terms cancel), and so
+      does the Jacobian in a density ratio p(a) / q(a) at one action.
+
+    Records ``{"mean": [B, m], "std": [B, m], "pre_tanh": [B, m]}``: u itself, since
+    atanh(a) loses u once a rounds to +-1 in float32.
+    """
+
+    discrete: ClassVar[bool] = False
+
+    def flat_dim(self, action_dim: int) -> int:
+        return int(action_dim)
+
+    def behaviour_fields(self, action_dim: int) -> FieldSpecs:
+        m = (int(action_dim),)
+        return {"mean": (m, np.float32), "std": (m, np.float32), "pre_tanh": (m, np.float32)}
+
+    def sample(self, key: jax.Array, mean: Any, std: Any) -> tuple[jax.Array, Info]:
+        """a = tanh(mean + std * eps), eps ~ N(0, I) (reparameterised)."""
+        u, info = GAUSSIAN.sample(key, mean, std)
+        return jnp.tanh(u), {**info, "pre_tanh": u}
+
+    def log_prob(self, params: Any, pre_tanh: jax.Array) -> jax.Array:
+        """log p(tanh(u)) [B] of the action whose pre-squash value is ``pre_tanh`` u."""
+        u = f32(pre_tanh)
+        log_det = 2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+        return GAUSSIAN.log_prob(params, u) - jnp.sum(log_det, axis=-1)
+
+    def mode(self, params: Any) -> jax.Array:
+        """tanh(mean): the deterministic action SAC evaluates with."""
+        return jnp.tanh(GAUSSIAN.mode(params))
+
+    def kl(self, p: Any, q: Any) -> jax.Array:
+        return GAUSSIAN.kl(p, q)
+
+
 # ---------------------------------------------------------------------- discrete actors
 class _DiscreteBase:
     """Shared maths of actors that record ``probs[B, n]`` of a categorical over n actions.

@@ -150,3 +150,38 @@ class NatureCNN(nn.Module):
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(Dense(self.features, self.init_scheme)(x))
         return x.reshape((*lead, self.features))
+
+
+class CriticEnsemble(nn.Module):
+    """``num`` independent critics Q_i(s, a) = MLP_i([s, a]) as one module, their parameters
+    stacked on a leading axis (``nn.vmap``): one batched matrix product per layer for all of
+    them. Returns [num, B]. TD3's and SAC's twin critics (num = 2)."""
+
+    num: int
+    hidden: Sequence[int]
+    activation: str = "relu"
+    init_scheme: str = "orthogonal"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        critics = nn.vmap(MLP, variable_axes={"params": 0}, split_rngs={"params": True},
+                          in_axes=None, out_axes=0, axis_size=self.num)
+        x = jnp.concatenate([obs, action], axis=-1)
+        return critics(tuple(self.hidden), self.activation, out=1,
+                       init_scheme=self.init_scheme)(x)[..., 0]
+
+
+class Torso(nn.Module):
+    """Observation features: an MLP of ``hidden`` layers, or the :class:`NatureCNN` for image
+    stacks (ACER's and DQN's feature extractor)."""
+
+    hidden: tuple[int, ...]
+    activation: str
+    cnn: bool
+    init_scheme: str = "orthogonal"
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        if self.cnn:
+            return NatureCNN(init_scheme=self.init_scheme)(obs)
+        return MLP(self.hidden, self.activation, init_scheme=self.init_scheme)(obs)

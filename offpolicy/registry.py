@@ -143,6 +143,35 @@ _ACER_PRESETS = {
                                "batch_size": 16, "buffer_size": 80_000}},
 }
 
+# TD3 (Fujimoto et al. 2018, Sec. 6.1): batch 100 and 1000 random steps first ("10000 for
+# HalfCheetah-v1 and Ant-v1"); "sb3": SB3's TD3 defaults (batch 256, 100 random steps; the same
+# 400-300 networks and learning rate; PyTorch's initialisation is the default here too)
+_TD3_TRAIN = {"batch_size": 100, "warmup_steps": 1000}
+_TD3_PRESETS = {"paper": {}, "sb3": {"train": {"batch_size": 256, "warmup_steps": 100}}}
+# SAC (Haarnoja et al. 2018b, Table 1): batch 256, one update per env step; "sb3": SB3's SAC
+# (PyTorch's initialisation, 100 random steps first)
+_SAC_TRAIN = {"batch_size": 256}
+_SAC_PRESETS = {"paper": {}, "sb3": {"init": "torch", "train": {"warmup_steps": 100}}}
+# DQN: SB3's defaults (batch 32, one update per 4 env steps, 100 steps before learning, target
+# copied every 10 000 env steps = 2 500 updates); "paper": the Nature paper's Atari setting
+# (Extended Data Table 1: RMSProp 2.5e-4, replay 1M, target every 10 000 updates, epsilon 1 ->
+# 0.1 over 1M frames = 250k agent steps with the frame skip 4, 50 000 random steps first,
+# rewards clipped); "zoo-cartpole": the rl-zoo's tuned CartPole-v1 setting (lr 2.3e-3, batch
+# 64, 256-256, 1000 steps first, epsilon to 0.04 over 8 000 steps; its 128 gradient steps per
+# 256 env steps become 0.5 updates per step, the target refreshed every 128 updates)
+_DQN_TRAIN = {"batch_size": 32, "updates_per_step": 0.25, "warmup_steps": 100}
+_DQN_PRESETS = {
+    "sb3": {},
+    "paper": {"lr": 2.5e-4, "optimizer": "rmsprop", "torso": "cnn", "target_update_every":
+              10_000, "epsilon_end": 0.1, "epsilon_decay_steps": 250_000,
+              "train": {"batch_size": 32, "updates_per_step": 0.25, "warmup_steps": 50_000,
+                        "buffer_size": 1_000_000, "clip_reward": 1.0}},
+    "zoo-cartpole": {"lr": 2.3e-3, "hidden": (256, 256), "target_update_every": 128,
+                     "epsilon_end": 0.04, "epsilon_decay_steps": 8_000,
+                     "train": {"batch_size": 64, "updates_per_step": 0.5, "warmup_steps": 1000,
+                               "buffer_size": 100_000}},
+}
+
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
     Algorithm("ddpg", "ddpg", C.DDPGConfig, "offpolicy.agents.ddpg:DDPG", _CONT,
               "DDPG, actor and critic 400-300 (ACE paper baseline)", presets=_DDPG_PRESETS,
@@ -165,6 +194,15 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
               ("discrete", "continuous"),
               "ACER: Retrace, truncated IS with bias correction, efficient trust region, SDN",
               presets=_ACER_PRESETS, train_overrides=_ACER_TRAIN),
+    Algorithm("td3", "td3", C.TD3Config, "offpolicy.agents.td3:TD3", _CONT,
+              "TD3: twin critics, clipped double-Q, target smoothing, delayed actor updates",
+              presets=_TD3_PRESETS, replays=("er", "per"), train_overrides=_TD3_TRAIN),
+    Algorithm("sac", "sac", C.SACConfig, "offpolicy.agents.sac:SAC", _CONT,
+              "SAC: twin soft Q, tanh-squashed Gaussian policy, learned temperature",
+              presets=_SAC_PRESETS, replays=_ALL_REPLAYS, train_overrides=_SAC_TRAIN),
+    Algorithm("dqn", "dqn", C.DQNConfig, "offpolicy.agents.dqn:DQN", ("discrete",),
+              "DQN with Double DQN, dueling heads and n-step returns as options",
+              presets=_DQN_PRESETS, replays=("er", "per"), train_overrides=_DQN_TRAIN),
     _aql("aql", "proposal", _ALL_KINDS,
          "Amortized Q-learning: argmax over N proposal + M uniform samples"),
     _aql("uniform-q", "uniform", _ALL_KINDS,

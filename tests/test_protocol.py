@@ -35,16 +35,21 @@ TINY = {"ddpg": {"hidden": (16, 16)}, "ace": {"encoder_size": 16, "hidden": 16,
                                                "num_actors": 3},
         "aql": {"hidden": (16, 16), "proposal_hidden": (16,), "proposal_samples": 4,
                 "uniform_samples": 4, "unroll_length": 4},
-        "acer": {"hidden": (16,)}}
+        "acer": {"hidden": (16,)}, "td3": {"hidden": (16, 16)}, "sac": {"hidden": (16, 16)},
+        "dqn": {"hidden": (16, 16)}}
 
 
 def _tiny(algo, **train):
     spec = registry.get(algo)
     # Pendulum for all; discretized (5 levels) for agents that take no continuous actions
+    # (a multi_discrete action), CartPole for those that take one discrete action only
+    env = "Pendulum-v1"
     if "continuous" not in spec.action_kinds:
         train = {"discretize": 5, **train}
+    if spec.action_kinds == ("discrete",):
+        env, train = "CartPole-v1", {k: v for k, v in train.items() if k != "discretize"}
     return registry.resolve(
-        algo, train_overrides={"env": "Pendulum-v1", "batch_size": 8, "eval_episodes": 1,
+        algo, train_overrides={"env": env, "batch_size": 8, "eval_episodes": 1,
                                "quiet": True, **train},
         agent_overrides=TINY.get(spec.section, {}))
 

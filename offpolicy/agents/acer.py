@@ -57,7 +57,7 @@ from offpolicy.config import ACERConfig
 from offpolicy.distributions import Categorical, Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
-from offpolicy.networks import MLP, Dense, NatureCNN, is_image, soft_update, softplus_init
+from offpolicy.networks import MLP, Dense, Torso, is_image, soft_update, softplus_init
 
 CATEGORICAL = Categorical()
 GAUSSIAN = Gaussian()
@@ -182,20 +182,6 @@ def per_step_grad(objective, phi: jax.Array, *args) -> jax.Array:
 
 
 # --------------------------------------------------------------------------- networks
-class Torso(nn.Module):
-    """Observation features: an MLP, or the Nature CNN for image stacks."""
-
-    hidden: tuple[int, ...]
-    activation: str
-    cnn: bool
-
-    @nn.compact
-    def __call__(self, obs):
-        if self.cnn:
-            return NatureCNN()(obs)
-        return MLP(self.hidden, self.activation)(obs)
-
-
 class DiscreteNetwork(nn.Module):
     """x -> (logits [..., n], Q(x, .) [..., n]) over one shared torso (Sec. 3.1)."""
 

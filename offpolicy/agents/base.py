@@ -137,6 +137,10 @@ class AgentContext:
     # this process acts for copies acting_offset.. of acting_total (0: the batch is all)
     acting_offset: int = 0
     acting_total: int = 0
+    # the loop's cadence, for schedules an agent keeps in env steps while it counts updates
+    # (DQN's epsilon): --updates-per-step and --warmup-steps
+    updates_per_step: float = 1.0
+    warmup_steps: int = 0
 
 
 DEFAULT_CONTEXT = AgentContext()

@@ -248,7 +248,7 @@ class ReplayBuffer:
         if kind == "transitions":
             idx = np.zeros(batch_size, np.int64)
             return idx, self.gather(idx)
-        steps, batch = self._windows(np.zeros(batch_size, np.int64), length)
+        steps, batch = self.windows(np.zeros(batch_size, np.int64), length)
         return steps, batch
 
     def valid_values(self, name: str) -> np.ndarray:
@@ -535,7 +535,7 @@ class ReplayBuffer:
         """
         if length < 1:
             raise OffpolicyError(f"sequence length must be >= 1, got {length}")
-        return self._windows(self.sample_indices(batch_size), length)
+        return self.windows(self.sample_indices(batch_size), length)
 
     def sample_episodes(self, batch_size: int, max_length: int
                         ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -549,7 +549,7 @@ class ReplayBuffer:
         starts = starts[self.valid[starts]] if starts.size else starts
         if starts.size == 0:
             raise OffpolicyError("cannot sample episodes: replay holds no episode start")
-        return self._windows(starts[self.rng.integers(0, starts.size, batch_size)], max_length)
+        return self.windows(starts[self.rng.integers(0, starts.size, batch_size)], max_length)
 
     def recent_segments(self, length: int, streams: np.ndarray | None = None
                         ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -587,12 +587,14 @@ class ReplayBuffer:
                 starts[2 * c + 1] = slots[later[-1] + 1]
             else:
                 starts[2 * c + 1], empty[2 * c + 1] = slots[0], True
-        idx, out = self._windows(starts, length)
+        idx, out = self.windows(starts, length)
         out["mask"][:, empty] = 0.0
         return idx, out
 
-    def _windows(self, start: np.ndarray, length: int
-                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def windows(self, start: np.ndarray, length: int
+                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The windows of ``length`` steps that start at step indices ``start`` [B] (slots
+        drawn by priority, say), in the layout of :meth:`sample_sequences`."""
         batch_size = start.shape[0]
         steps = self._offset(start[None, :], np.arange(length)[:, None])  # [T, B]
         done = self.terminated[steps] | self.truncated[steps]

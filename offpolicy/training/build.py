@@ -127,8 +127,9 @@ def build_agent(run: registry.RunConfig, obs_shape: tuple[int, ...], action_spec
             f"{action_spec.describe()}); {run.algo} supports: {', '.join(spec.action_kinds)}")
     module, cls = spec.builder.split(":")
     agent_cls = getattr(importlib.import_module(module), cls)
-    context = AgentContext(registry.replay_settings(run.train), run.train.segment_length,
-                           acting_offset, acting_total)
+    tc = run.train
+    context = AgentContext(registry.replay_settings(tc), tc.segment_length, acting_offset,
+                           acting_total, tc.updates_per_step, tc.warmup_steps)
     return agent_cls(run.agent, obs_shape, action_spec, context)
 
 

@@ -229,9 +229,12 @@ class Learner:
         """A batch per the agent's data spec, normalised."""
         d, n = self.data, self.batch_size
         self._maintain()
-        if self.replay.prioritized:
+        if self.replay.prioritized:  # slots by priority; a sequence starts at its slot
             idx, weight = self.replay.prioritized_sample(n, self.updates)
-            batch = self.replay.gather(idx)
+            if d.kind == "transitions":
+                batch = self.replay.gather(idx)
+            else:
+                idx, batch = self.replay.windows(idx, d.length)
             batch[WEIGHT] = weight
         elif d.kind == "transitions":
             idx, batch = self.replay.sample(n)

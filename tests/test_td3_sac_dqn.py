@@ -1,0 +1,266 @@
+"""TD3, SAC and DQN against hand references (issue #33): TD3's clipped double-Q target with
+clipped smoothing noise and its delayed actor/target updates, SAC's squashed-Gaussian
+log-density against a numerical density and its temperature's gradient sign, DQN's (Double,
+n-step) targets against plain-Python loops, and PER on DQN's n-step windows."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from offpolicy import config as C
+from offpolicy.agents.base import AgentContext
+from offpolicy.agents.dqn import DQN, linear_epsilon
+from offpolicy.agents.sac import SAC, temperature_loss
+from offpolicy.agents.td3 import TD3, smoothed_target_action
+from offpolicy.distributions import SquashedGaussian
+from offpolicy.envs.spaces import ActionSpec
+from offpolicy.replay.refer import ReplaySettings
+
+CONT = ActionSpec.continuous(-np.ones(2), np.ones(2))
+
+
+def transitions_batch(rng, B=16, obs_dim=3, act_dim=2, discrete=0):
+    action = (rng.integers(0, discrete, (B, 1)).astype(np.float32) if discrete
+              else rng.uniform(-1, 1, (B, act_dim)).astype(np.float32))
+    return {"obs": rng.normal(size=(B, obs_dim)).astype(np.float32), "action": action,
+            "reward": rng.normal(size=B).astype(np.float32),
+            "next_obs": rng.normal(size=(B, obs_dim)).astype(np.float32),
+            "discount": (rng.uniform(size=B) > 0.3).astype(np.float32)}
+
+
+# ---------------------------------------------------------------------- TD3
+@pytest.mark.parametrize("seed", [0, 1])
+def test_td3_target_is_the_min_of_the_twins_at_the_smoothed_target_action(seed):
+    cfg = C.TD3Config(hidden=(8, 8), policy_noise=0.7, noise_clip=0.3, gamma=0.97)
+    agent = TD3(cfg, (3,), CONT)
+    state = agent.init(jax.random.PRNGKey(seed))
+    # targets that differ from the online networks, so the test sees which are used
+    target = jax.tree_util.tree_map(lambda x: x + 0.3, state["params"])
+    rng = np.random.default_rng(seed)
+    batch = transitions_batch(rng)
+    key = jax.random.PRNGKey(seed + 10)
+    y = np.asarray(agent.target(target, batch, key))
+    # the reference: the same noise draw, clipped by hand, element by element
+    pi_next = np.asarray(agent.pi(target["actor"], batch["next_obs"]))
+    noise = np.asarray(cfg.policy_noise * jax.random.normal(key, pi_next.shape))
+    ref = np.empty(len(y))
+    for b in range(len(y)):
+        a = [min(1.0, max(-1.0, pi_next[b, i] + min(cfg.noise_clip, max(-cfg.noise_clip,
+                                                                        noise[b, i]))))
+             for i in range(pi_next.shape[1])]
+        q1, q2 = np.asarray(agent.q(target["critic"], batch["next_obs"][b:b + 1],
+                                    np.asarray([a], np.float32)))[:, 0]
+        ref[b] = batch["reward"][b] + cfg.gamma * batch["discount"][b] * min(q1, q2)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    # the smoothing noise is clipped: never further than c from pi'(s'), always in the box
+    a = np.asarray(smoothed_target_action(jnp.zeros((1000, 2)), key, 10.0, 0.3))
+    assert np.abs(a).max() <= 0.3 + 1e-7 and np.isclose(np.abs(a).max(), 0.3)
+
+
+@pytest.mark.parametrize("delay", [1, 2, 3])
+def test_td3_updates_actor_and_targets_every_d_critic_updates(delay):
+    agent = TD3(C.TD3Config(hidden=(8, 8), policy_delay=delay), (3,), CONT)
+    state = agent.init(jax.random.PRNGKey(0))
+    update = jax.jit(agent.update)
+    rng = np.random.default_rng(0)
+    actor_steps, target_steps, critic_steps = [], [], []
+    for k in range(1, 7):
+        new, _, _ = update(state, transitions_batch(rng), jax.random.PRNGKey(k))
+        changed = [not all(np.array_equal(a, b) for a, b in zip(
+            jax.tree_util.tree_leaves(new[part][sub]), jax.tree_util.tree_leaves(state[part][sub])))
+            for part, sub in (("params", "actor"), ("target", "actor"), ("params", "critic"))]
+        if changed[0]:
+            actor_steps.append(k)
+        if changed[1]:
+            target_steps.append(k)
+        if changed[2]:
+            critic_steps.append(k)
+        state = new
+    expected = [k for k in range(1, 7) if k % delay == 0]
+    assert actor_steps == expected and target_steps == expected
+    assert critic_steps == list(range(1, 7))  # the critics learn at every update
+    assert int(state["updates"]) == 6
+
+
+# ---------------------------------------------------------------------- SAC
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_squashed_gaussian_log_prob_matches_a_numerical_density(seed):
+    """log p(a) against the derivative of the CDF P(tanh(u) <= a) = Phi((atanh(a) - m) / s),
+    taken numerically per dimension (the dimensions are independent)."""
+    rng = np.random.default_rng(seed)
+    m, s = rng.normal(size=3), rng.uniform(0.2, 1.5, 3)
+    u = m + s * rng.normal(size=3)
+    a = np.tanh(u)
+    logp = float(SquashedGaussian().log_prob({"mean": m, "std": s}, u[None])[0])
+
+    def cdf(x, i):
+        return 0.5 * (1 + math.erf((math.atanh(x) - m[i]) / (s[i] * math.sqrt(2))))
+
+    ref = 0.0
+    for i in range(3):
+        h = 1e-6 * (1 - abs(a[i]))
+        ref += math.log((cdf(a[i] + h, i) - cdf(a[i] - h, i)) / (2 * h))
+    assert logp == pytest.approx(ref, rel=1e-4, abs=1e-4)
+
+
+def test_squashed_gaussian_log_prob_is_finite_where_tanh_saturates():
+    u = np.asarray([[30.0, -40.0]], np.float32)
+    logp = SquashedGaussian().log_prob({"mean": u, "std": np.ones(2)}, u)
+    assert np.isfinite(np.asarray(logp)).all()
+
+
+def test_temperature_gradient_raises_alpha_when_the_entropy_is_below_target():
+    log_alpha = jnp.asarray(0.0)
+    target_entropy = -2.0
+    low_entropy = jnp.full(8, 5.0)  # -log pi = -5 < -2: too little entropy
+    high_entropy = jnp.full(8, -5.0)  # -log pi = 5 > -2
+    g_low = jax.grad(temperature_loss)(log_alpha, low_entropy, target_entropy)
+    g_high = jax.grad(temperature_loss)(log_alpha, high_entropy, target_entropy)
+    assert g_low < 0 < g_high  # gradient descent raises alpha, resp. lowers it
+    assert float(g_low) == pytest.approx(-(5.0 + target_entropy))
+
+
+def test_sac_update_raises_alpha_for_a_nearly_deterministic_policy():
+    cfg = C.SACConfig(hidden=(8, 8), log_std_min=-10.0, log_std_max=-9.0)  # std ~ e^-9
+    agent = SAC(cfg, (3,), CONT)
+    state = agent.init(jax.random.PRNGKey(0))
+    new, metrics, _ = jax.jit(agent.update)(state, transitions_batch(np.random.default_rng(0)),
+                                            jax.random.PRNGKey(1))
+    assert float(new["log_alpha"]) > float(state["log_alpha"])
+    assert float(metrics["entropy"]) < agent.target_entropy
+
+
+def test_sac_refer_ratio_is_one_for_the_policy_that_acted():
+    """Under ReF-ER, a step stored by the current policy has rho = 1 and KL = 0 (the squash's
+    Jacobian cancels in the ratio)."""
+    agent = SAC(C.SACConfig(hidden=(8, 8)), (3,), CONT,
+                AgentContext(ReplaySettings("refer")))
+    state = agent.init(jax.random.PRNGKey(0))
+    batch = transitions_batch(np.random.default_rng(0))
+    action, info = agent.policy(agent.acting_params(state), jnp.asarray(batch["obs"]),
+                                jax.random.PRNGKey(3), True)
+    batch = {**batch, "action": np.asarray(action), **{k: np.asarray(v) for k, v in
+                                                       info.items()},
+             "far_fraction": np.float32(0.0)}
+    _, metrics, wb = jax.jit(agent.update)(state, batch, jax.random.PRNGKey(1))
+    np.testing.assert_allclose(np.asarray(wb["rho"]), 1.0, rtol=1e-5)
+    assert float(metrics["kl_mu_pi"]) == pytest.approx(0.0, abs=1e-6)
+
+
+# ---------------------------------------------------------------------- DQN
+def _dqn(**kw):
+    cfg = C.DQNConfig(hidden=(8, 8), **kw)
+    return DQN(cfg, (3,), ActionSpec("discrete", shape=(), n=4))
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_dqn_one_step_target_against_a_loop(double):
+    agent = _dqn(double=double, gamma=0.9)
+    state = agent.init(jax.random.PRNGKey(0))
+    target = agent.init(jax.random.PRNGKey(7))["params"]  # an unrelated target network
+    batch = transitions_batch(np.random.default_rng(1), discrete=4)
+    _, _, g = agent.targets(state["params"], target, batch)
+    q_online = np.asarray(agent.q_values(state["params"], batch["next_obs"]))
+    q_target = np.asarray(agent.q_values(target, batch["next_obs"]))
+    for b in range(len(g)):
+        if double:  # the online network picks, the target network values (Eq. 4)
+            v = q_target[b][int(np.argmax(q_online[b]))]
+        else:
+            v = max(q_target[b])
+        ref = batch["reward"][b] + 0.9 * batch["discount"][b] * v
+        assert float(g[b]) == pytest.approx(float(ref), rel=1e-5, abs=1e-5)
+    if double:  # the test can tell the two apart
+        assert not np.allclose(q_target[np.arange(len(g)), q_online.argmax(1)],
+                               q_target.max(1))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dqn_n_step_target_against_a_loop(seed):
+    n, B, gamma = 3, 8, 0.9
+    agent = _dqn(n_step=n, gamma=gamma)
+    state = agent.init(jax.random.PRNGKey(seed))
+    rng = np.random.default_rng(seed)
+    terminated = rng.uniform(size=(n, B)) < 0.2
+    mask = np.ones((n, B), np.float32)
+    for b in range(B):  # a window pads (mask 0) after its episode's last step
+        ends = np.flatnonzero(terminated[:, b] | (rng.uniform(size=n) < 0.15))
+        if ends.size:
+            mask[ends[0] + 1:, b] = 0.0
+    batch = {"obs": rng.normal(size=(n + 1, B, 3)).astype(np.float32),
+             "action": rng.integers(0, 4, (n, B, 1)).astype(np.float32),
+             "reward": rng.normal(size=(n, B)).astype(np.float32),
+             "discount": (~terminated).astype(np.float32), "mask": mask}
+    _, a0, g = agent.targets(state["params"], state["params"], batch)
+    v = np.asarray(agent.q_values(state["params"], batch["obs"][1:])).max(-1)  # [n, B]
+    for b in range(B):
+        ret, disc = 0.0, 1.0
+        for t in range(n):
+            ret += disc * batch["reward"][t, b]
+            disc *= gamma * batch["discount"][t, b]
+            last = t == n - 1 or mask[t + 1, b] == 0
+            if last:
+                ret += disc * v[t, b]
+                break
+        assert float(g[b]) == pytest.approx(ret, rel=1e-5, abs=1e-5)
+    np.testing.assert_array_equal(np.asarray(a0), batch["action"][0, :, 0])
+
+
+def test_dueling_heads_keep_the_advantage_mean_at_zero():
+    agent = _dqn(dueling=True)
+    params = agent.init(jax.random.PRNGKey(0))["params"]
+    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    z = agent.q_values(params, obs)
+    assert set(params) == {"Torso_0", "Dense_0", "Dense_1"}
+    value = (agent.net.apply({"params": params}, obs, method=lambda m, o: m(o)))
+    np.testing.assert_allclose(np.asarray(value), np.asarray(z))
+    # Q - mean_a Q is the advantage head centred: V drops out
+    v_head = params["Dense_0"]
+    shifted = {**params, "Dense_0": {**v_head, "bias": v_head["bias"] + 7.0}}
+    np.testing.assert_allclose(np.asarray(agent.q_values(shifted, obs)) - np.asarray(z), 7.0,
+                               rtol=1e-5)
+
+
+def test_dqn_epsilon_decays_linearly_in_env_steps():
+    agent = DQN(C.DQNConfig(hidden=(8,), epsilon_start=1.0, epsilon_end=0.1,
+                            epsilon_decay_steps=1000), (3,),
+                ActionSpec("discrete", shape=(), n=2),
+                AgentContext(updates_per_step=0.25, warmup_steps=100))
+    # updates u happen at env step 100 + 4 u
+    for u, step in [(0, 100), (100, 500), (225, 1000), (1000, 4100)]:
+        eps = float(agent.epsilon(jnp.asarray(u)))
+        assert eps == pytest.approx(float(linear_epsilon(step, 1.0, 0.1, 1000)))
+    assert float(agent.epsilon(jnp.asarray(10_000))) == pytest.approx(0.1)
+
+
+def test_dqn_target_network_is_copied_every_c_updates():
+    agent = _dqn(target_update_every=3)
+    state = agent.init(jax.random.PRNGKey(0))
+    update = jax.jit(agent.update)
+    rng = np.random.default_rng(0)
+    for k in range(1, 7):
+        state, _, _ = update(state, transitions_batch(rng, discrete=4), jax.random.PRNGKey(k))
+        same = all(np.array_equal(a, b) for a, b in zip(
+            jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(state["target"])))
+        assert same == (k % 3 == 0), k
+
+
+def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
+    """PER over n-step windows: slots drawn by priority start the windows, each window's
+    first step gets the new priority."""
+    from offpolicy import registry
+    from offpolicy.training.run import Run
+
+    run = registry.resolve("dqn", train_overrides={
+        "env": "CartPole-v1", "steps": 400, "batch_size": 8, "eval_every": 400,
+        "eval_episodes": 1, "quiet": True, "replay": "per", "updates_per_step": 1.0,
+        "warmup_steps": 20}, agent_overrides={"hidden": (8,), "n_step": 3, "double": True})
+    r = Run(run, tmp_path / "run")
+    r.train(final_eval=False)
+    assert r.learner.updates > 300
+    per = r.learner.replay.per
+    assert per is not None

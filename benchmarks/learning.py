@@ -48,6 +48,9 @@ SUITES = {
     # DDPG parity with SB3 (5-10 seeds; HalfCheetah-v5 and Hopper-v5) and the one-choice ablation
     "ddpg-parity": ["ddpg", "ddpg-sb3", "sb3-ddpg", "sbx-ddpg", "ddpg-input1", "ddpg-torch-init",
                     "ddpg-lr1e-3", "ddpg-gaussian"],
+    # issue 33: our TD3 and SAC with SB3's defaults (--preset sb3) against SB3's and SBX's
+    # (benchmarks/peers.py --algo td3|sac; HalfCheetah-v5 and Hopper-v5, 100k steps, 5 seeds)
+    "baselines-peers": ["td3-sb3", "sb3-td3", "sbx-td3", "sac-sb3", "sb3-sac", "sbx-sac"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -141,6 +144,8 @@ VARIANTS = {
     # the peers' learning rate (1e-3 for the actor too): like for like with SB3/SBX
     "ddpg-lr1e-3": ("ddpg", ["--ddpg.actor-lr", "1e-3"]),
     "ddpg-sb3": ("ddpg", ["--preset", "sb3"]),
+    "td3-sb3": ("td3", ["--preset", "sb3"]),
+    "sac-sb3": ("sac", ["--preset", "sb3"]),
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
@@ -186,6 +191,8 @@ VARIANTS = {
 # of the difference of means (issue 20: is the gap to SB3 real?)
 SUITE_COMPARISONS = {
     "ddpg-peers": [("ddpg", "sb3-ddpg"), ("ddpg", "sbx-ddpg"), ("ddpg-lr1e-3", "sb3-ddpg")],
+    "baselines-peers": [("td3-sb3", "sb3-td3"), ("td3-sb3", "sbx-td3"), ("sac-sb3", "sb3-sac"),
+                        ("sac-sb3", "sbx-sac")],
     "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg-input1", "sb3-ddpg"),
                     ("ddpg", "sbx-ddpg"), ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "sbx-ddpg"),
                     ("ddpg-input1", "ddpg"), ("ddpg-torch-init", "ddpg"),
@@ -219,7 +226,9 @@ def entry_of(name: str) -> Entry:
     if name.startswith("pfrl-"):
         return Entry(name, "acer", peer="pfrl", note="benchmarks/peers_pfrl.py (PFRL 0.4.0)")
     if name.startswith(("sb3-", "sbx-")):
-        return Entry(name, "ddpg", peer=name[:3], note=f"benchmarks/peers.py --lib {name[:3]}")
+        algo = name[4:]  # sb3-td3 -> td3
+        return Entry(name, algo, peer=name[:3],
+                     note=f"benchmarks/peers.py --lib {name[:3]} --algo {algo}")
     algo, flags = VARIANTS.get(name, (name, []))
     return Entry(name, algo, tuple(flags))
 
@@ -245,8 +254,10 @@ def peer_command(peers_python: str):
                   "--eval-episodes", str(run.eval_episodes)]
         if run.entry.peer == "pfrl":
             return [peers_python, str(HERE / "peers_pfrl.py"), "learn", *common]
+        # DDPG: the ACE protocol's one batch of random steps; TD3 and SAC: SB3's 100
+        warmup = "64" if run.entry.algo == "ddpg" else "100"
         return [peers_python, str(HERE / "peers.py"), "learn", "--lib", run.entry.peer,
-                *common, "--warmup", "64"]
+                "--algo", run.entry.algo, *common, "--warmup", warmup]
 
     return command
 

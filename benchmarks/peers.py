@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Peer baselines: DDPG from Stable-Baselines3 (PyTorch) and SBX (JAX).
+"""Peer baselines: DDPG, TD3, SAC and DQN from Stable-Baselines3 (PyTorch) and SBX (JAX).
 
 This script runs the *peer* libraries side by side with our own library, for
 the benchmarks.  It is executed **only** with the separate benchmark
@@ -60,6 +60,16 @@ samples ``dones * (1 - timeouts)``, so truncated episodes bootstrap.  SBX's
 DDPG is TD3 with ``policy_delay=1``, one critic, and target-policy noise
 clipped to 0, i.e. plain DDPG.
 
+TD3, SAC and DQN (``--algo td3|sac|dqn``): SB3's defaults, which our ``--preset sb3``
+reproduces (``BASELINES``): TD3 400-300 relu, lr 1e-3, batch 256, tau 0.005, policy delay 2,
+target noise 0.2 clipped at 0.5, plus Gaussian exploration N(0, 0.1^2) (SB3's default has no
+exploration noise; the TD3 paper, the rl-zoo and ours use 0.1); SAC 256-256 relu, lr 3e-4,
+batch 256, tau 0.005, entropy coefficient learned from 1.0 with target -|A|; DQN 64-64 relu,
+lr 1e-4, batch 32, one update per 4 env steps, target copied every 10 000 steps, epsilon 1 ->
+0.05 over the first 10% of the run, gradient norm clipped at 10. ``throughput`` times the
+issue's protocol instead (``THROUGHPUT``): TD3 and SAC with 256-256 networks and batch 256,
+DQN 64-64 with batch 32, every one with one update per env step.
+
 Evaluation timing: SB3 calls ``callback.on_step()`` right after the env step
 and before that step's gradient update, so the evaluation at step ``k`` sees
 the updates made after steps ``warmup + 1 .. k - 1``.
@@ -115,6 +125,65 @@ class DDPGConfig:
     ou_sigma: float = 0.2
     ou_dt: float = 1e-2  # SB3 default, as in Lillicrap et al. / DeepRL
     device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """TD3, SAC or DQN as SB3 runs it by default (see the module docstring)."""
+
+    hidden: tuple[int, ...]
+    batch_size: int
+    learning_rate: float
+    buffer_size: int = 1_000_000
+    tau: float = 0.005
+    gamma: float = 0.99
+    train_freq: int = 1
+    gradient_steps: int = 1
+    action_sigma: float = 0.1  # TD3's Gaussian exploration noise
+    target_update_interval: int = 10_000  # DQN, env steps
+    exploration_fraction: float = 0.1  # DQN
+    device: str = "cpu"
+
+
+BASELINES = {
+    "td3": BaselineConfig((400, 300), 256, 1e-3),
+    "sac": BaselineConfig((256, 256), 256, 3e-4),
+    "dqn": BaselineConfig((64, 64), 32, 1e-4, tau=1.0, train_freq=4),
+}
+# the throughput protocol: one update per env step, SB3's SAC networks for TD3 too
+THROUGHPUT = {
+    "td3": BaselineConfig((256, 256), 256, 1e-3),
+    "sac": BaselineConfig((256, 256), 256, 3e-4),
+    "dqn": BaselineConfig((64, 64), 32, 1e-4, tau=1.0, train_freq=1),
+}
+
+
+def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConfig,
+                  warmup: int, seed: int) -> BaseAlgorithm:
+    """The peer's TD3, SAC or DQN with ``cfg`` on ``env`` (relu networks: both libraries'
+    default activation)."""
+    import importlib
+
+    module = importlib.import_module("stable_baselines3" if lib == "sb3" else "sbx")
+    common: dict[str, Any] = dict(
+        learning_rate=cfg.learning_rate, buffer_size=cfg.buffer_size, learning_starts=warmup,
+        batch_size=cfg.batch_size, tau=cfg.tau, gamma=cfg.gamma, train_freq=cfg.train_freq,
+        gradient_steps=cfg.gradient_steps, verbose=0, seed=seed,
+        policy_kwargs=dict(net_arch=list(cfg.hidden)))
+    if lib == "sb3":
+        common["device"] = cfg.device
+    if algo == "td3":
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        n = int(np.prod(env.action_space.shape))  # type: ignore[arg-type]
+        common["action_noise"] = NormalActionNoise(np.zeros(n), cfg.action_sigma * np.ones(n))
+        return module.TD3("MlpPolicy", env, **common)
+    if algo == "sac":
+        return module.SAC("MlpPolicy", env, **common)
+    if algo == "dqn":
+        return module.DQN("MlpPolicy", env, target_update_interval=cfg.target_update_interval,
+                          exploration_fraction=cfg.exploration_fraction, **common)
+    raise ValueError(f"unknown algo {algo!r}")
 
 
 def make_model(lib: Lib, env: gym.Env[Any, Any], cfg: DDPGConfig, warmup: int,
@@ -210,8 +279,17 @@ class _Clock(BaseCallback):
         self.t_end = time.perf_counter()
 
 
+def build(args: argparse.Namespace, env: gym.Env[Any, Any], warmup: int, protocol: dict
+          ) -> tuple[BaseAlgorithm, Any]:
+    """(model, config) of ``args.algo``: DDPG's config, or a baseline's from ``protocol``."""
+    if args.algo == "ddpg":
+        cfg: Any = DDPGConfig()
+        return make_model(args.lib, env, cfg, warmup, args.seed), cfg
+    cfg = protocol[args.algo]
+    return make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed), cfg
+
+
 def cmd_throughput(args: argparse.Namespace) -> None:
-    cfg = DDPGConfig()
     lib: Lib = args.lib
     steps: int = args.steps
     warmup: int = args.warmup
@@ -220,7 +298,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     # Skip the first updates (XLA compilation for SBX) for the steady-state rate.
     skip = min(100, steps // 10)
     env = gym.make(args.env)
-    model = make_model(lib, env, cfg, warmup, args.seed)
+    model, cfg = build(args, env, warmup, THROUGHPUT)
     clock = _Clock(warmup, warmup + skip)
     t0 = time.perf_counter()
     model.learn(total_timesteps=warmup + steps, callback=clock)
@@ -230,7 +308,7 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     pc.emit(
         {
             "lib": lib,
-            "algo": "ddpg",
+            "algo": args.algo,
             "env": args.env,
             "steps": steps,
             "warmup": warmup,
@@ -295,13 +373,13 @@ class _EvalCallback(BaseCallback):
 
 
 def cmd_learn(args: argparse.Namespace) -> None:
-    cfg = DDPGConfig()
+    cfg: Any = DDPGConfig() if args.algo == "ddpg" else BASELINES[args.algo]
     lib: Lib = args.lib
     run_dir = Path(args.run_dir)
     if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0:
         raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0")
 
-    settings = pc.learn_settings(lib, "ddpg", args, asdict(cfg))
+    settings = pc.learn_settings(lib, args.algo, args, asdict(cfg))
     if pc.skip_finished(run_dir, settings, args.steps, lib, args.seed):
         return
 
@@ -310,7 +388,7 @@ def cmd_learn(args: argparse.Namespace) -> None:
 
     env = gym.make(args.env)
     eval_env = gym.make(args.env)
-    model = make_model(lib, env, cfg, args.warmup, args.seed)
+    model, _ = build(args, env, args.warmup, BASELINES)
     callback = _EvalCallback(
         eval_env,
         csv_path,
@@ -332,6 +410,7 @@ def cmd_learn(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--lib", choices=LIBS, required=True)
+        p.add_argument("--algo", choices=("ddpg", *BASELINES), default="ddpg")
         p.add_argument("--env", default="HalfCheetah-v5")
         p.add_argument("--seed", type=int, default=0)
 
@@ -339,10 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
         __doc__,
         common,
         cmd_throughput=cmd_throughput,
-        throughput_help="env steps/s of DDPG after warm-up",
+        throughput_help="env steps/s after warm-up",
         throughput_warmup_help="untimed random-action steps",
         cmd_learn=cmd_learn,
-        learn_help="train DDPG with periodic deterministic evaluation",
+        learn_help="train with periodic deterministic evaluation",
         learn_warmup=dict(default=10_000),
     )
 

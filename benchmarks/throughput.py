@@ -62,6 +62,18 @@ ENTRIES = {
     "ours-acer-cheetah": ("ours", "acer", {".num-envs": 1, ".batch-size": 1,
                                            ".segment-length": 50}),
     "pfrl-acer-cheetah": ("pfrl", "acer", {}),
+    # TD3 and SAC (issue 33): SB3's SAC networks for both (256-256 relu), batch 256, one
+    # update per env step; DQN on CartPole-v1: SB3's 64-64, batch 32, one update per env step
+    "ours-td3": ("ours", "td3", {"hidden": (256, 256), ".batch-size": 256}),
+    "sbx-td3": ("sbx", "td3", {}),
+    "sb3-td3": ("sb3", "td3", {}),
+    "ours-sac": ("ours", "sac", {".batch-size": 256}),
+    "sbx-sac": ("sbx", "sac", {}),
+    "sb3-sac": ("sb3", "sac", {}),
+    "ours-dqn-cartpole": ("ours", "dqn", {"env": "CartPole-v1", ".batch-size": 32,
+                                          ".updates-per-step": 1}),
+    "sbx-dqn-cartpole": ("sbx", "dqn", {"env": "CartPole-v1"}),
+    "sb3-dqn-cartpole": ("sb3", "dqn", {"env": "CartPole-v1"}),
     # AQL against exact Q on HalfCheetah-v5 discretized to 5 levels (5^6 = 15 625 actions):
     # one env step plus one update (--updates-per-step 1), the paper's sizes (256-256 Q,
     # N 100 + M 400 samples, 32 unrolls of 30 steps); updates start after 100 steps
@@ -94,18 +106,28 @@ SUITES = {
     "refer": ["ours-ddpg", "ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"],
     "acer": ["ours-acer-cartpole", "pfrl-acer-cartpole", "ours-acer-cartpole-envs4",
              "ours-acer-cheetah", "pfrl-acer-cheetah"],
+    "baselines": ["ours-td3", "sbx-td3", "sb3-td3", "ours-sac", "sbx-sac", "sb3-sac",
+                  "ours-dqn-cartpole", "sbx-dqn-cartpole", "sb3-dqn-cartpole"],
     "aql": ["ours-aql-cheetah-d5", "ours-uniform-q-cheetah-d5", "ours-qt-opt-cheetah-d5",
             "ours-exact-q-cheetah-d5"],
 }
 # ours over peer, paired per round (the ACER suite)
 PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
               ("ours-acer-cheetah", "pfrl-acer-cheetah"),
-              ("ours-aql-cheetah-d5", "ours-exact-q-cheetah-d5")]
+              ("ours-aql-cheetah-d5", "ours-exact-q-cheetah-d5"),
+              ("ours-td3", "sbx-td3"), ("ours-td3", "sb3-td3"),
+              ("ours-sac", "sbx-sac"), ("ours-sac", "sb3-sac"),
+              ("ours-dqn-cartpole", "sbx-dqn-cartpole"), ("ours-dqn-cartpole", "sb3-dqn-cartpole")]
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
                    "ours-ddpg": 0.19}
 # what the summary of a suite with its own protocol says under its table
 SUITE_NOTES = {
+    "baselines": "TD3 and SAC on HalfCheetah-v5 with SB3's SAC networks (256-256 relu) for "
+                 "both, batch 256; DQN on CartPole-v1 with SB3's 64-64 and batch 32; every "
+                 "entry one update per env step (benchmarks/peers.py, THROUGHPUT). Bounds "
+                 "(issue 33, acceptance 3): TD3 and SAC >= 1.15x SBX and >= 2.5x SB3; DQN >= "
+                 "1.3x SBX.",
     "aql": "Each env step is followed by one update (`--updates-per-step 1`), so 1 / (env "
            "steps/s) is the time of one env step plus one update. The update recomputes a* at "
            "all 31 x 32 states of the batch: AQL evaluates Q on N + M = 500 candidates per "
@@ -151,8 +173,9 @@ def run_entry(name: str, steps: int, warmup: int, peers_python: str) -> dict:
         cmd = [peers_python, str(HERE / "peers_pfrl.py"), "throughput", "--env", env_id,
                "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
     else:
-        cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--env",
-               env_id, "--steps", str(steps), "--warmup", str(warmup), "--seed", "0"]
+        cmd = [peers_python, str(HERE / "peers.py"), "throughput", "--lib", kind, "--algo",
+               algo, "--env", env_id, "--steps", str(steps), "--warmup", str(warmup),
+               "--seed", "0"]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -216,6 +239,8 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
     machine = next((r["machine"] for r in rows if r.get("machine")), this_machine())
     title = {"acer": f"# Throughput ({suite}): ACER against PFRL 0.4.0, one env, k-step "
                      "windows, replay ratio 4 (CartPole-v1 k 20, HalfCheetah-v5 k 50)",
+             "baselines": f"# Throughput ({suite}): TD3 and SAC on {ENV_ID} (256-256, batch "
+                          "256), DQN on CartPole-v1 (64-64, batch 32), one update per env step",
              "aql": f"# Throughput ({suite}): AQL and its baselines on {ENV_ID} --discretize 5 "
                     "(15 625 actions), one env step plus one update of 32 unrolls x 30 steps"
              }.get(suite, f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env "
@@ -332,6 +357,8 @@ def plot(by, med, out: Path) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("per second (log scale), medians")
     ax.set_title("ACER vs PFRL" if any("acer" in n for n in names) else
+                 "TD3, SAC (HalfCheetah-v5), DQN (CartPole-v1), one update per step"
+                 if any("sac" in n for n in names) else
                  f"{ENV_ID} --discretize 5, one update per step" if any("-d5" in n for n in names)
                  else f"{ENV_ID}, batch 64")
     ax.legend(fontsize=8)

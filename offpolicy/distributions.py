@@ -17,6 +17,8 @@ What each actor records (all float32; ``m`` action dimensions, ``n`` discrete ac
 * :class:`Gaussian` (diagonal normal): ``mean[m]``, ``std[m]``.
 * :class:`TruncatedGaussian` (normal truncated to ``[low, high]^m``): ``mean[m]``, ``std[m]``,
   the parameters of the *untruncated* normal.
+* :class:`SquashedGaussian` (a = tanh(u), u diagonal normal: SAC): ``mean[m]``, ``std[m]``
+  of u and ``pre_tanh[m]``, u itself.
 * :class:`Categorical`: ``probs[n]``.
 * :class:`EpsilonGreedy`: ``probs[n] = (1 - eps) onehot(argmax q) + eps / n``.
 * :class:`AdditiveNoise` (deterministic action + Gaussian noise, clipped to the box):

@@ -162,8 +162,10 @@ def test_an_entrys_flags_override_the_suites():
 def test_the_legend_names_what_each_entry_runs(tmp_path):
     assert learning.entry_of("ddpg-input1").command() == \
         "offpolicy train ddpg --ddpg.action-input-layer 1"
-    assert learning.entry_of("sb3-ddpg").command() == "benchmarks/peers.py --lib sb3"
+    assert learning.entry_of("sb3-ddpg").command() == "benchmarks/peers.py --lib sb3 --algo ddpg"
     assert learning.entry_of("pfrl-acer").peer == "pfrl"
+    sac = learning.entry_of("sbx-sac")
+    assert (sac.algo, sac.peer) == ("sac", "sbx")
     root = tmp_path / "runs"
     for entry in ("ddpg", "ddpg-input1", "sb3-ddpg"):
         _fake_run(root / entry / "s0", [(10, -1.0)], [(10, 1.0)])
@@ -171,7 +173,7 @@ def test_the_legend_names_what_each_entry_runs(tmp_path):
     text = write_report(suite, runs, tmp_path / "out", "p", "cmd")
     legend = next(x for x in text.splitlines() if x.startswith("Entries: "))
     assert "ddpg-input1 = `offpolicy train ddpg --ddpg.action-input-layer 1`" in legend
-    assert "sb3-ddpg = `benchmarks/peers.py --lib sb3`" in legend
+    assert "sb3-ddpg = `benchmarks/peers.py --lib sb3 --algo ddpg`" in legend
     assert "; ddpg = " not in legend and not legend.startswith("Entries: ddpg = ")
 
 

@@ -264,3 +264,37 @@ def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
     assert r.learner.updates > 300
     per = r.learner.replay.per
     assert per is not None
+
+
+@pytest.mark.parametrize("algo,env,agent", [
+    ("td3", "Pendulum-v1", {"hidden": (8,)}),
+    ("sac", "Pendulum-v1", {"hidden": (8,)}),
+    ("dqn", "CartPole-v1", {"hidden": (8,), "n_step": 2}),
+])
+def test_runs_with_env_copies_and_the_pipelined_loop(tmp_path, algo, env, agent):
+    from offpolicy import registry
+    from offpolicy.training.run import Run
+
+    run = registry.resolve(algo, train_overrides={
+        "env": env, "steps": 240, "batch_size": 8, "eval_every": 240, "eval_episodes": 1,
+        "quiet": True, "num_envs": 2, "pipeline": True, "warmup_steps": 20,
+        "updates_per_step": 1.0}, agent_overrides=agent)
+    r = Run(run, tmp_path / "run")
+    result = r.train()
+    assert result["status"] == "completed" and np.isfinite(result["final_return"])
+    assert r.learner.updates >= 200
+
+
+def test_dqn_learns_from_atari_frames_with_the_nature_cnn(tmp_path):
+    pytest.importorskip("ale_py")
+    from offpolicy import registry
+    from offpolicy.training.run import Run
+
+    run = registry.resolve("dqn", train_overrides={
+        "env": "ALE/Pong-v5", "steps": 120, "batch_size": 4, "buffer_size": 1000,
+        "eval_every": 120, "eval_episodes": 1, "quiet": True, "warmup_steps": 40,
+        "updates_per_step": 1.0})
+    r = Run(run, tmp_path / "run")
+    r.train(final_eval=False)
+    assert r.learner.updates >= 70
+    assert "NatureCNN_0" in r.learner.state["params"]["Torso_0"]

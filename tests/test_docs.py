@@ -1,9 +1,13 @@
 """The documentation site (issue #32): every flag has help text, the generated CLI reference
-covers every flag of every algorithm, and the strict build fails on a broken internal link or
-a missing autodoc target (``make docs`` builds with -W)."""
+covers every flag of every algorithm, every train.csv column is named on its page (the loop's
+in docs/cli.md, an algorithm's under "What is logged" on the algorithm's page), and the strict
+build fails on a broken internal link or a missing autodoc target (``make docs`` builds with
+-W)."""
 
 from __future__ import annotations
 
+import functools
+import re
 import shutil
 import subprocess
 import sys
@@ -14,8 +18,12 @@ import pytest
 from offpolicy import config as C
 from offpolicy import registry
 from offpolicy.train_args import train_parser
+from offpolicy.training import distributed
+from offpolicy.training.build import build
+from offpolicy.training.logger import RunLogger
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 
@@ -73,3 +81,82 @@ def test_the_strict_build_fails_on_a_broken_link_or_autodoc_target(tmp_path):
     autodoc = _build(tmp_path / "autodoc", "# Other\n\n```{eval-rst}\n"
                      ".. autofunction:: offpolicy.no_such_function\n```\n")
     assert autodoc.returncode != 0 and "no_such_function" in autodoc.stderr, autodoc.stderr
+
+
+# ------------------------------------------------------------------ metric glossaries
+# one env per action kind: an algorithm's metrics are read for each kind it takes
+ENVS = {"continuous": "Pendulum-v1", "discrete": "CartPole-v1", "hybrid": "offpolicy/Platform-v0"}
+
+
+def _named(path: Path, heading: str) -> set[str]:
+    """Every `code` span of the section of ``path`` under ``heading`` (to the next one of its
+    level or above)."""
+    text = path.read_text()
+    level = heading.split(" ")[0]
+    assert f"\n{heading}\n" in text, f"{path.name} has no '{heading}' section"
+    section = text.split(f"\n{heading}\n", 1)[1]
+    section = re.split(rf"\n#{{1,{len(level)}}} ", section)[0]
+    return set(re.findall(r"`([^`]+)`", section))
+
+
+def _variants(algo: str) -> list[dict]:
+    """Training overrides that cover what changes an algorithm's metrics: each action kind it
+    takes, and ReF-ER (or its diagnostics under ER) where it takes ReF-ER."""
+    spec = registry.get(algo)
+    out = []
+    for kind in spec.action_kinds:
+        if kind not in ENVS:
+            continue
+        env = {"env": ENVS[kind]}
+        if kind == "hybrid" and "continuous" not in spec.action_kinds:
+            env["discretize"] = 5  # Platform's parameters, for an agent without continuous ones
+        out.append(env)
+        if "refer" in spec.replays:
+            out += [env | {"replay": "refer"}, env | {"replay_diagnostics": True}]
+    return out
+
+
+@functools.cache
+def _metrics(algo: str, train: tuple = ()) -> dict[str, tuple]:
+    """The metrics one update of ``algo`` logs and their shapes, traced abstractly (no compile,
+    no training) on small networks: names do not depend on sizes."""
+    tiny = {f.name: (16,) * len(f.default) if isinstance(f.default, tuple) else 16
+            for f in C.fields_of(registry.get(algo).config_cls)
+            if f.name in ("hidden", "proposal_hidden", "encoder_size")}
+    run = registry.resolve(algo, train_overrides={"buffer_size": 1000, "batch_size": 8,
+                                                  "quiet": True, **dict(train)},
+                           agent_overrides=tiny)
+    return build(run, with_replay=False).learner.metric_shapes()
+
+
+def _unnamed(metrics: dict[str, tuple], named: set[str]) -> list[str]:
+    """Metrics missing from ``named``; a vector metric ``k`` is named as ``k_i`` (any suffix)."""
+    return [k for k, shape in metrics.items()
+            if not (k in named if not shape else any(n.startswith(k + "_") for n in named))]
+
+
+@pytest.mark.parametrize("algo", list(registry.ALGORITHMS))
+def test_every_logged_metric_is_named_on_the_algorithm_page(algo):
+    page = DOCS / "algorithms" / f"{registry.get(algo).section}.md"
+    assert page.exists(), f"{algo} has no page {page.relative_to(ROOT)}"
+    named = _named(page, "## What is logged")
+    for train in _variants(algo):
+        missing = _unnamed(_metrics(algo, tuple(sorted(train.items()))), named)
+        assert not missing, (f"{algo} {train} logs {missing}, which '## What is logged' in "
+                             f"{page.relative_to(ROOT)} does not name")
+
+
+def test_the_refer_page_names_what_refer_adds():
+    named = _named(DOCS / "algorithms" / "refer.md", "## What is logged")
+    for algo, spec in registry.ALGORITHMS.items():
+        if "refer" in spec.replays:
+            env = (("env", "Pendulum-v1"),)
+            added = set(_metrics(algo, env + (("replay", "refer"),))) - set(_metrics(algo, env))
+            missing = _unnamed({k: () for k in added}, named)
+            assert not missing, f"{algo} --replay refer logs {missing}; refer.md does not name them"
+
+
+def test_the_loop_columns_are_named_in_the_cli_guide():
+    loop = RunLogger(None, [], 0, 0, True, "").train_columns + distributed.COLUMNS
+    missing = set(loop) - _named(DOCS / "cli.md", "### train.csv columns")
+    assert not missing, f"docs/cli.md '### train.csv columns' does not name {missing}"

@@ -1,14 +1,17 @@
 """Runnable documentation examples: find them, shorten them, run them (issue #32).
 
 A fenced block is runnable when the line before its opening fence is ``<!-- runnable -->``, an
-HTML comment that neither Sphinx (MyST) nor GitHub shows. A page's runnable blocks run in the
-order they appear, in one empty folder, as a reader would run them: Python blocks in a fresh
-namespace each, shell blocks one ``offpolicy`` command per line (``#`` comments and ``\\``
-continuations allowed, globs expanded), in this process. Budgets are shortened first:
-``.learn(N)``, ``--steps N`` and evaluation episodes (:data:`SMALL`, :func:`shell_commands`).
+HTML comment that neither Sphinx (MyST) nor GitHub shows; ``<!-- runnable: file NAME -->``
+marks a block that is written to the file NAME (a module the next blocks import) instead. A
+page's runnable blocks run in the order they appear, in one empty folder, as a reader would run
+them there: Python blocks as a script in that folder (a fresh ``__main__`` module, the folder
+first on the import path), shell blocks one ``offpolicy`` or ``python -m offpolicy`` command per
+line (``#`` comments and ``\\`` continuations allowed, globs expanded), in this process.
+Budgets are shortened first: ``.learn(N)``, ``--steps N`` and evaluation episodes
+(:data:`SMALL`, :func:`shell_commands`).
 
 ``python tests/doc_snippets.py EXAMPLES.json RESULTS.json`` runs the examples of the JSON object
-``{name: [[language, code], ...]}`` in this one process (one interpreter and one JAX start for
+``{name: [[language, code, file], ...]}`` in this one process (one interpreter and one JAX start for
 all of them: tests/test_examples.py) and writes ``{name: {"ok", "seconds", "cpu_seconds",
 "error"}}``.
 """
@@ -25,6 +28,7 @@ import shlex
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
 MARKER = "<!-- runnable -->"
@@ -32,15 +36,17 @@ SMALL_STEPS = 300  # past every default batch size (V-RACER's 256), so updates r
 # what the runner shortens in Python: training lengths and evaluation episodes
 SMALL = [(re.compile(r"\.learn\((\d[\d_]*)\)"), f".learn({SMALL_STEPS})"),
          (re.compile(r"episodes=\d+"), "episodes=1")]
-BLOCK = re.compile(r"^" + re.escape(MARKER) + r"[ \t]*\n```(\w+)[^\n]*\n(.*?)^```", re.S | re.M)
+BLOCK = re.compile(r"^<!-- runnable(?:: file ([\w./-]+))? -->[ \t]*\n```(\w+)[^\n]*\n(.*?)^```",
+                   re.S | re.M)
 # flags whose value a runnable shell line gets from the runner
 SHORTENED = {"--steps": str(SMALL_STEPS), "--eval-every": str(SMALL_STEPS),
              "--eval-episodes": "1", "--log-every": str(SMALL_STEPS // 2)}
 
 
-def runnable_blocks(path: Path) -> list[tuple[str, str]]:
-    """``(language, code)`` of every block marked runnable in ``path``, in order."""
-    return BLOCK.findall(path.read_text())
+def runnable_blocks(path: Path) -> list[tuple[str, str, str]]:
+    """``(language, code, file)`` of every block marked runnable in ``path``, in order;
+    ``file`` is the name to write the block to, or "" for a block that runs."""
+    return [(language, code, file) for file, language, code in BLOCK.findall(path.read_text())]
 
 
 def small(code: str) -> str:
@@ -51,24 +57,26 @@ def small(code: str) -> str:
 
 def shell_commands(code: str) -> list[list[str]]:
     """The ``offpolicy`` commands of a shell block as argument lists (without ``offpolicy``):
-    ``train`` runs SMALL_STEPS steps with one evaluation of one episode, quietly; ``eval``
-    plays one episode."""
+    ``train`` runs SMALL_STEPS steps (twice that with ``--resume``) with one evaluation of one
+    episode, quietly; ``eval`` plays one episode."""
     commands = []
     for line in code.replace("\\\n", " ").splitlines():
         argv = shlex.split(line, comments=True)
         if not argv:
             continue
+        if argv[:3] == ["python", "-m", "offpolicy"]:
+            argv = argv[2:]  # as `offpolicy`, the current folder on the import path
         if argv[0] != "offpolicy":
             raise ValueError(f"a runnable shell line must be an offpolicy command: {line!r}")
-        # the shell's globs (`offpolicy table runs/*`), in the example's folder
-        argv = [x for a in argv[1:] for x in ((sorted(glob.glob(a)) or [a]) if "*" in a
-                                               else [a])]
+        argv = argv[1:]
         if argv[:1] == ["train"]:
             for flag in SHORTENED:
                 while flag in argv:
                     i = argv.index(flag)
                     del argv[i:i + 2]
             argv += [x for flag, value in SHORTENED.items() for x in (flag, value)]
+            if "--resume" in argv:  # a resume goes on past the first run's steps
+                argv[argv.index("--steps") + 1] = str(2 * SMALL_STEPS)
             argv += ["--quiet"]
         if argv[:1] == ["eval"] and "--episodes" in argv:
             argv[argv.index("--episodes") + 1] = "1"
@@ -78,13 +86,22 @@ def shell_commands(code: str) -> list[list[str]]:
 
 def run_block(language: str, code: str) -> None:
     if language == "python":
-        exec(compile(small(code), "<example>", "exec"), {"__name__": "__main__"})
+        main_module = sys.modules["__main__"]
+        script = types.ModuleType("__main__")  # as `python script.py`: "__main__:Name" resolves
+        script.__file__ = str(Path.cwd() / "example.py")
+        sys.modules["__main__"] = script
+        try:
+            exec(compile(small(code), script.__file__, "exec"), script.__dict__)
+        finally:
+            sys.modules["__main__"] = main_module
         return
     if language not in ("bash", "sh", "console"):
         raise ValueError(f"cannot run a {language} block")
     from offpolicy.cli import main
 
     for argv in shell_commands(code):
+        # the shell's globs (`offpolicy table runs/*`), when the command runs
+        argv = [x for a in argv for x in ((sorted(glob.glob(a)) or [a]) if "*" in a else [a])]
         rc = main(argv)
         if rc != 0:
             raise RuntimeError(f"`offpolicy {shlex.join(argv)}` exited {rc}")
@@ -102,17 +119,27 @@ def main(examples_path: str, results_path: str) -> int:
         folder = home / re.sub(r"[^\w.-]", "_", name)
         folder.mkdir()
         os.chdir(folder)
+        sys.path.insert(0, str(folder))  # the folder's modules import, as a script's would
+        modules = set(sys.modules)
         t0, c0, error = time.perf_counter(), _cpu(), ""
         try:
-            for i, (language, code) in enumerate(blocks):
+            for i, (language, code, file) in enumerate(blocks):
                 try:
-                    run_block(language, code)
+                    if file:
+                        (folder / file).write_text(code)
+                    else:
+                        run_block(language, code)
                 except BaseException:  # noqa: BLE001 - reported per example; the rest run
                     error = f"block {i + 1} ({language}):\n{small(code)}\n" + \
                         traceback.format_exc()[-3000:]
                     break
         finally:
             os.chdir(home)
+            sys.path.remove(str(folder))
+            for m in set(sys.modules) - modules:  # the folder's own modules go with it
+                if getattr(sys.modules[m], "__file__", None) and \
+                        Path(sys.modules[m].__file__).parent == folder:
+                    del sys.modules[m]
             gc.collect()
         results[name] = {"ok": not error, "seconds": round(time.perf_counter() - t0, 2),
                          "cpu_seconds": round(_cpu() - c0, 2), "error": error}

@@ -67,7 +67,10 @@ ENTRIES = {
     "ours-td3": ("ours", "td3", {"hidden": (256, 256), ".batch-size": 256}),
     "sbx-td3": ("sbx", "td3", {}),
     "sb3-td3": ("sb3", "td3", {}),
+    "ours-td3-pipeline": ("ours", "td3", {"hidden": (256, 256), ".batch-size": 256,
+                                          ".pipeline": True}),
     "ours-sac": ("ours", "sac", {".batch-size": 256}),
+    "ours-sac-pipeline": ("ours", "sac", {".batch-size": 256, ".pipeline": True}),
     "sbx-sac": ("sbx", "sac", {}),
     "sb3-sac": ("sb3", "sac", {}),
     "ours-dqn-cartpole": ("ours", "dqn", {"env": "CartPole-v1", ".batch-size": 32,
@@ -106,7 +109,8 @@ SUITES = {
     "refer": ["ours-ddpg", "ours-ddpg-refer", "ours-vracer-ddpg-nets", "ours-vracer"],
     "acer": ["ours-acer-cartpole", "pfrl-acer-cartpole", "ours-acer-cartpole-envs4",
              "ours-acer-cheetah", "pfrl-acer-cheetah"],
-    "baselines": ["ours-td3", "sbx-td3", "sb3-td3", "ours-sac", "sbx-sac", "sb3-sac",
+    "baselines": ["ours-td3", "ours-td3-pipeline", "sbx-td3", "sb3-td3", "ours-sac",
+                  "ours-sac-pipeline", "sbx-sac", "sb3-sac",
                   "ours-dqn-cartpole", "sbx-dqn-cartpole", "sb3-dqn-cartpole"],
     "aql": ["ours-aql-cheetah-d5", "ours-uniform-q-cheetah-d5", "ours-qt-opt-cheetah-d5",
             "ours-exact-q-cheetah-d5"],
@@ -116,7 +120,9 @@ PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
               ("ours-acer-cheetah", "pfrl-acer-cheetah"),
               ("ours-aql-cheetah-d5", "ours-exact-q-cheetah-d5"),
               ("ours-td3", "sbx-td3"), ("ours-td3", "sb3-td3"),
+              ("ours-td3-pipeline", "sbx-td3"), ("ours-td3-pipeline", "sb3-td3"),
               ("ours-sac", "sbx-sac"), ("ours-sac", "sb3-sac"),
+              ("ours-sac-pipeline", "sbx-sac"), ("ours-sac-pipeline", "sb3-sac"),
               ("ours-dqn-cartpole", "sbx-dqn-cartpole"), ("ours-dqn-cartpole", "sb3-dqn-cartpole")]
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
@@ -125,7 +131,8 @@ REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13
 SUITE_NOTES = {
     "baselines": "TD3 and SAC on HalfCheetah-v5 with SB3's SAC networks (256-256 relu) for "
                  "both, batch 256; DQN on CartPole-v1 with SB3's 64-64 and batch 32; every "
-                 "entry one update per env step (benchmarks/peers.py, THROUGHPUT). Bounds "
+                 "entry one update per env step (benchmarks/peers.py, THROUGHPUT); `-pipeline`: "
+                 "ours with --pipeline (the env step overlaps the update). Bounds "
                  "(issue 33, acceptance 3): TD3 and SAC >= 1.15x SBX and >= 2.5x SB3; DQN >= "
                  "1.3x SBX.",
     "aql": "Each env step is followed by one update (`--updates-per-step 1`), so 1 / (env "

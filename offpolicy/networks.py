@@ -153,9 +153,10 @@ class NatureCNN(nn.Module):
 
 
 class CriticEnsemble(nn.Module):
-    """``num`` independent critics Q_i(s, a) = MLP_i([s, a]) as one module, their parameters
-    stacked on a leading axis (``nn.vmap``): one batched matrix product per layer for all of
-    them. Returns [num, B]. TD3's and SAC's twin critics (num = 2)."""
+    """``num`` independent critics Q_i(s, a) = MLP_i([s, a]) as one module. The first layers
+    of all critics are one [in, num x h] matrix product (they read the same input); the later
+    layers run as one batched product per layer (``nn.vmap``, parameters stacked on a leading
+    axis). Returns [num, B]. TD3's and SAC's twin critics (num = 2)."""
 
     num: int
     hidden: Sequence[int]
@@ -164,11 +165,13 @@ class CriticEnsemble(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
-        critics = nn.vmap(MLP, variable_axes={"params": 0}, split_rngs={"params": True},
-                          in_axes=None, out_axes=0, axis_size=self.num)
+        first, rest = self.hidden[0], tuple(self.hidden[1:])
         x = jnp.concatenate([obs, action], axis=-1)
-        return critics(tuple(self.hidden), self.activation, out=1,
-                       init_scheme=self.init_scheme)(x)[..., 0]
+        h = ACTIVATIONS[self.activation](Dense(self.num * first, self.init_scheme)(x))
+        h = jnp.moveaxis(h.reshape(*h.shape[:-1], self.num, first), -2, 0)  # [num, B, h]
+        critics = nn.vmap(MLP, variable_axes={"params": 0}, split_rngs={"params": True},
+                          in_axes=0, out_axes=0, axis_size=self.num)
+        return critics(rest, self.activation, out=1, init_scheme=self.init_scheme)(h)[..., 0]
 
 
 class Torso(nn.Module):

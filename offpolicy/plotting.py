@@ -338,7 +338,8 @@ def curves(groups: dict[str, list[Path]], metric: str | None = None
 
 
 def _draw(ax, groups: dict[str, list[Path]], metric: str | None, log: bool) -> None:
-    for name, (steps, mean, se) in curves(groups, metric).items():
+    drawn = curves(groups, metric)
+    for name, (steps, mean, se) in drawn.items():
         n = len(groups[name])
         # a curve of one or two points is drawn with markers, so that it shows
         ax.plot(steps, mean, label=f"{name} (n={n})", marker="o" if len(steps) <= 2 else None)
@@ -349,7 +350,11 @@ def _draw(ax, groups: dict[str, list[Path]], metric: str | None, log: bool) -> N
     if log:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if drawn:
+        ax.legend(fontsize=8)
+    else:  # e.g. a suite's env none of whose runs has evaluated yet
+        ax.text(0.5, 0.5, "no evaluations yet", ha="center", va="center",
+                transform=ax.transAxes, color="0.5")
 
 
 def has_metric(run_dir: Path, metric: str) -> bool:

@@ -38,9 +38,10 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m slow
 
-# The documentation site, warnings as errors (a broken link or autodoc target fails it)
+# The documentation site, warnings as errors (a broken link or autodoc target fails it); -E
+# reads every page afresh, so every page's navigation shows a newly added page
 docs: $(STAMP)
-	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs: docs/_build/html/index.html"
 
 lint: $(STAMP)

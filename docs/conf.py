@@ -46,3 +46,5 @@ intersphinx_timeout = 5
 html_theme = "furo"
 html_title = f"offpolicy {version}"
 html_theme_options = {"navigation_with_keys": True}
+html_static_path = ["_static"]
+html_css_files = ["offpolicy.css"]  # plain-text blocks (error messages) wrap

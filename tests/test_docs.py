@@ -61,6 +61,7 @@ def _build(tmp_path: Path, page: str) -> subprocess.CompletedProcess:
     shutil.copy(ROOT / "docs" / "conf.py", src / "conf.py")
     shutil.copytree(ROOT / "docs" / "_ext", src / "_ext")
     shutil.copytree(ROOT / "docs" / "_inventories", src / "_inventories")
+    shutil.copytree(ROOT / "docs" / "_static", src / "_static")
     (src / "cli.md").write_text("# The command line\n")  # the generated reference links it
     (src / "index.md").write_text("# Test\n\n```{toctree}\nother\ncli\nreference/flags\n```\n")
     (src / "other.md").write_text(page)

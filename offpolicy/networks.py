@@ -123,6 +123,24 @@ def is_image(obs_shape: Sequence[int]) -> bool:
     return len(tuple(obs_shape)) == 3
 
 
+def use_cnn(torso: str, obs_shape: Sequence[int], section: str) -> bool:
+    """Whether an agent's ``--<section>.torso`` choice (``auto``, ``mlp`` or ``cnn``) puts the
+    :class:`NatureCNN` first for observations of ``obs_shape``; a choice that cannot take
+    them is one line (``auto``: the CNN exactly for frames)."""
+    from offpolicy.errors import OffpolicyError
+
+    image = is_image(obs_shape)
+    cnn = torso == "cnn" or (torso == "auto" and image)
+    shape = tuple(obs_shape)
+    if image and not cnn:
+        raise OffpolicyError(f"--{section}.torso mlp cannot take image observations {shape}: "
+                             f"use --{section}.torso cnn (or auto)")
+    if cnn and not image:
+        raise OffpolicyError(f"--{section}.torso cnn needs image observations (H, W, C); this "
+                             f"env gives {shape}")
+    return cnn
+
+
 class NatureCNN(nn.Module):
     """The DQN torso (Mnih et al. 2015, Methods "Model architecture"; the ACER paper's Atari
     network, Wang et al. 2017, Sec. 4): conv 32 8x8 stride 4, conv 64 4x4 stride 2, conv 64

@@ -57,7 +57,7 @@ from offpolicy.config import ACERConfig
 from offpolicy.distributions import Categorical, Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
-from offpolicy.networks import MLP, Dense, Torso, is_image, soft_update, softplus_init
+from offpolicy.networks import MLP, Dense, Torso, soft_update, softplus_init, use_cnn
 
 CATEGORICAL = Categorical()
 GAUSSIAN = Gaussian()
@@ -255,15 +255,8 @@ class ACER:
         self.discrete = spec.kind == "discrete"
         self.data = sequences(segment_length)
         self.learns_on_segments = bool(config.on_policy_update)
-        image = is_image(self.obs_shape)
-        cnn = config.torso == "cnn" or (config.torso == "auto" and image)
-        if image and not cnn:
-            raise OffpolicyError("--acer.torso mlp cannot take image observations "
-                                 f"{self.obs_shape}: use --acer.torso cnn (or auto)")
-        if cnn and not image:
-            raise OffpolicyError(f"--acer.torso cnn needs image observations (H, W, C); this env "
-                                 f"gives {self.obs_shape}")
-        if image and not self.discrete:  # A(x, a) concatenates x with the action
+        cnn = use_cnn(config.torso, self.obs_shape, "acer")
+        if cnn and not self.discrete:  # A(x, a) concatenates x with the action
             raise OffpolicyError("continuous acer takes observation vectors (its advantage "
                                  f"network reads [x, a]); this env gives frames {self.obs_shape}")
         hidden = tuple(config.hidden)

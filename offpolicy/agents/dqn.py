@@ -37,7 +37,7 @@ from offpolicy.config import DQNConfig
 from offpolicy.distributions import EpsilonGreedy
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
-from offpolicy.networks import Dense, Torso, is_image
+from offpolicy.networks import Dense, Torso, use_cnn
 from offpolicy.replay import refer
 from offpolicy.returns import n_step_returns
 
@@ -97,14 +97,7 @@ class DQN:
         c = config
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.replay = context.replay
-        image = is_image(self.obs_shape)
-        cnn = c.torso == "cnn" or (c.torso == "auto" and image)
-        if image and not cnn:
-            raise OffpolicyError("--dqn.torso mlp cannot take image observations "
-                                 f"{self.obs_shape}: use --dqn.torso cnn (or auto)")
-        if cnn and not image:
-            raise OffpolicyError(f"--dqn.torso cnn needs image observations (H, W, C); this env "
-                                 f"gives {self.obs_shape}")
+        cnn = use_cnn(c.torso, self.obs_shape, "dqn")
         if c.epsilon_end > c.epsilon_start:
             raise OffpolicyError(f"--dqn.epsilon-end ({c.epsilon_end}) must not exceed "
                                  f"--dqn.epsilon-start ({c.epsilon_start})")

@@ -33,8 +33,10 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.throughput import BASE, ENTRIES, this_machine  # noqa: E402
 
-# our throughput entries (DDPG and the three ACE configurations), named without "ours-"
-CONFIGS = {name.removeprefix("ours-"): ENTRIES[name][1:] for name in BASE}
+# our throughput entries (DDPG, the three ACE configurations, TD3 and SAC of issue 33),
+# named without "ours-"
+CONFIGS = {name.removeprefix("ours-"): ENTRIES[name][1:]
+           for name in [*BASE, "ours-td3", "ours-sac"]}
 
 
 def dot_generals(jaxpr) -> list[tuple[tuple, tuple, object]]:
@@ -146,8 +148,12 @@ def measure(name: str, rounds: int, reps: int) -> dict:
     from offpolicy.training.build import build
 
     algo, over = CONFIGS[name]
-    run = registry.resolve(algo, train_overrides={"env": "HalfCheetah-v5", "quiet": True},
-                           agent_overrides=over)
+    # an entry's ".flag" keys are training fields (--batch-size), the others the algorithm's
+    train = {k[1:].replace("-", "_"): v for k, v in over.items() if k.startswith(".")}
+    run = registry.resolve(algo, train_overrides={"env": "HalfCheetah-v5", "quiet": True,
+                                                  **train},
+                           agent_overrides={k: v for k, v in over.items()
+                                            if not k.startswith(".")})
     t = build(run)  # the parts: no run needed to trace and time the update
     batch = t.learner.example_batch()[1]
     jaxpr = jax.make_jaxpr(t.agent.update)(t.learner.state, batch, jax.random.PRNGKey(0))
@@ -193,6 +199,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=8, help="independent dots per timed call")
     p.add_argument("--out-dir", type=Path, default=HERE / "results")
+    p.add_argument("--out-name", default="gemm_shapes",
+                   help="the result files' name (.md, .csv), e.g. gemm_shapes_baselines")
     a = p.parse_args()
     from offpolicy.jax_setup import configure_jax
 
@@ -205,7 +213,7 @@ def main() -> int:
         shape_lines.append(f"- {name}: " + "; ".join(
             f"{n}x {list(lhs)}.{list(rhs)}" for (lhs, rhs, _), n in
             sorted(res["shapes"].items(), key=lambda kv: -dot_flops(*kv[0]) * kv[1])[:6]))
-    with open(a.out_dir / "gemm_shapes.csv", "w", newline="") as f:
+    with open(a.out_dir / f"{a.out_name}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))
         w.writeheader()
         for r in rows:
@@ -213,7 +221,8 @@ def main() -> int:
     def med(cfg, key):
         return float(np.median([r[key] for r in rows if r["config"] == cfg]))
 
-    lines = ["# GEMM shapes of the update, each timed alone, HalfCheetah-v5, batch 64", "",
+    lines = ["# GEMM shapes of the update, each timed alone, HalfCheetah-v5 (batch 64; TD3 "
+             "and SAC 256)", "",
              "Command: `python benchmarks/gemm_shapes.py " + " ".join(sys.argv[1:]) + "`", "",
              f"Machine: {this_machine()}; date {time.strftime('%Y-%m-%d')}; "
              f"XLA_FLAGS `{os.environ.get('XLA_FLAGS', '')}`; medians over {a.rounds} rounds", "",
@@ -239,7 +248,7 @@ def main() -> int:
             f"{med(cfg, 'update_over_gemm'):.2f} | {med(cfg, 'matmul_gflops'):.0f} |")
     lines += ["", "Largest GEMMs (count x lhs.rhs shapes):", *shape_lines]
     text = "\n".join(lines) + "\n"
-    (a.out_dir / "gemm_shapes.md").write_text(text)
+    (a.out_dir / f"{a.out_name}.md").write_text(text)
     print(text)
     return 0
 

@@ -279,14 +279,18 @@ class _Clock(BaseCallback):
         self.t_end = time.perf_counter()
 
 
-def build(args: argparse.Namespace, env: gym.Env[Any, Any], warmup: int, protocol: dict
-          ) -> tuple[BaseAlgorithm, Any]:
-    """(model, config) of ``args.algo``: DDPG's config, or a baseline's from ``protocol``."""
+def config_of(algo: str, protocol: dict) -> Any:
+    """The hyper-parameters of ``algo``: DDPG's, or a baseline's from ``protocol``
+    (``BASELINES`` to learn, ``THROUGHPUT`` to time)."""
+    return DDPGConfig() if algo == "ddpg" else protocol[algo]
+
+
+def build(args: argparse.Namespace, env: gym.Env[Any, Any], warmup: int, cfg: Any
+          ) -> BaseAlgorithm:
+    """The peer's ``args.algo`` with the hyper-parameters ``cfg`` (:func:`config_of`)."""
     if args.algo == "ddpg":
-        cfg: Any = DDPGConfig()
-        return make_model(args.lib, env, cfg, warmup, args.seed), cfg
-    cfg = protocol[args.algo]
-    return make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed), cfg
+        return make_model(args.lib, env, cfg, warmup, args.seed)
+    return make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed)
 
 
 def cmd_throughput(args: argparse.Namespace) -> None:
@@ -298,7 +302,8 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     # Skip the first updates (XLA compilation for SBX) for the steady-state rate.
     skip = min(100, steps // 10)
     env = gym.make(args.env)
-    model, cfg = build(args, env, warmup, THROUGHPUT)
+    cfg = config_of(args.algo, THROUGHPUT)
+    model = build(args, env, warmup, cfg)
     clock = _Clock(warmup, warmup + skip)
     t0 = time.perf_counter()
     model.learn(total_timesteps=warmup + steps, callback=clock)
@@ -373,7 +378,7 @@ class _EvalCallback(BaseCallback):
 
 
 def cmd_learn(args: argparse.Namespace) -> None:
-    cfg: Any = DDPGConfig() if args.algo == "ddpg" else BASELINES[args.algo]
+    cfg = config_of(args.algo, BASELINES)
     lib: Lib = args.lib
     run_dir = Path(args.run_dir)
     if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0:
@@ -388,7 +393,7 @@ def cmd_learn(args: argparse.Namespace) -> None:
 
     env = gym.make(args.env)
     eval_env = gym.make(args.env)
-    model, _ = build(args, env, args.warmup, BASELINES)
+    model = build(args, env, args.warmup, cfg)
     callback = _EvalCallback(
         eval_env,
         csv_path,

@@ -138,10 +138,13 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     get it). Any other 3-D uint8 Box observation is kept as frames too; every other Box, Dict
     or Tuple observation is flattened. The env checker is disabled: it costs time on every
     step and the library validates spaces itself. ``offpolicy/`` ids are the library's own envs
-    (``offpolicy/Platform-v0``: :mod:`offpolicy.envs.platform`), registered on first use.
+    (``offpolicy/Platform-v0``: :mod:`offpolicy.envs.platform`; the partially observed
+    ``offpolicy/Pendulum-P-v0``, ``offpolicy/HalfCheetah-V-v0``, ...:
+    :mod:`offpolicy.envs.partial`), registered on first use.
     """
     given = env_id
     if env_id.startswith(OFFPOLICY_PREFIX):
+        import offpolicy.envs.partial  # noqa: F401  (registers offpolicy/Pendulum-P-v0, ...)
         import offpolicy.envs.platform  # noqa: F401  (registers offpolicy/Platform-v0)
     if env_id.startswith(ATARI_PREFIX):
         try:

@@ -1,0 +1,76 @@
+"""Partially observed tasks (issue 39): -P keeps positions, -V keeps velocities, nothing else
+changes (dynamics, rewards, time limits are the full task's)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from offpolicy.envs import partial
+from offpolicy.envs.make import make_env
+from offpolicy.errors import OffpolicyError
+
+
+def _rollout(env, seed, actions):
+    obs, _ = env.reset(seed=seed)
+    out = [obs]
+    for a in actions:
+        obs, r, term, trunc, _ = env.step(a)
+        out.append((obs, r, term, trunc))
+        if term or trunc:
+            break
+    return out
+
+
+@pytest.mark.parametrize("task,base,pos,vel", [
+    ("Pendulum", "Pendulum-v1", [0, 1], [2]),
+    ("CartPole", "CartPole-v1", [0, 2], [1, 3]),
+    ("Hopper", "Hopper-v5", list(range(5)), list(range(5, 11))),
+    ("HalfCheetah", "HalfCheetah-v5", list(range(8)), list(range(8, 17))),
+])
+def test_partial_views_are_slices_of_the_full_task(task, base, pos, vel):
+    full = make_env(base, 0)
+    rng = np.random.default_rng(0)
+    actions = [full.action_space.sample() for _ in range(30)]
+    if isinstance(full.action_space, gym.spaces.Box):
+        actions = [rng.uniform(full.action_space.low, full.action_space.high).astype(np.float32)
+                   for _ in range(30)]
+    ref = _rollout(full, 3, actions)
+    for keep, idx in (("P", pos), ("V", vel)):
+        env = make_env(f"offpolicy/{task}-{keep}-v0", 0)
+        assert env.observation_space.shape == (len(idx),)
+        assert env.spec.max_episode_steps == gym.spec(base).max_episode_steps
+        got = _rollout(env, 3, actions)
+        assert len(got) == len(ref)
+        np.testing.assert_array_equal(got[0], ref[0][idx])
+        for (o, r, t, tr), (o_ref, r_ref, t_ref, tr_ref) in zip(got[1:], ref[1:]):
+            np.testing.assert_array_equal(o, o_ref[idx])
+            assert (r, t, tr) == (r_ref, t_ref, tr_ref)
+
+
+def test_every_registered_id_builds_and_truncates_like_its_base():
+    for env_id in partial.env_ids():
+        env = make_env(env_id, 0)
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == env.observation_space.shape
+    env = make_env("offpolicy/Pendulum-V-v0", 0)
+    env.reset(seed=1)
+    steps, done = 0, False
+    while not done:
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        steps += 1
+        done = term or trunc
+    assert steps == 200 and trunc and not term
+
+
+def test_ant_without_contact_forces_and_kwargs_pass_through():
+    env = make_env("offpolicy/Ant-P-v0", 0)
+    assert env.observation_space.shape == (13,)  # z, orientation, 8 joints (x, y hidden)
+    env = make_env("offpolicy/Pendulum-P-v0", 0, g=9.81)
+    assert env.unwrapped.g == 9.81
+
+
+def test_wrapper_refuses_bad_indices():
+    with pytest.raises(OffpolicyError, match="out of range"):
+        partial.PartialObservation(gym.make("Pendulum-v1"), [3])
+    with pytest.raises(OffpolicyError, match="more than positions"):
+        partial.split(gym.make("Ant-v5").unwrapped, "Ant-v5")  # contact forces included

@@ -93,6 +93,28 @@ for _name, (_kind, _algo, _over) in list(ENTRIES.items()):
                 continue
             if _algo in ("ddpg", "ace") and ".replay" not in _over:
                 ENTRIES[f"{_name}-{_mode}"] = (_kind, _algo, {**_over, **_flags})
+# issue 39: recurrent cores next to their feed-forward twins, on the partially observed tasks
+# and with the configurations of the learning comparison (learning.py, suite "recurrent"):
+# V-RACER and DDPG with ReF-ER on Pendulum-P (--preset lstm: ReF-ER Sec. 5.4's LSTM 2 x 32,
+# a zero start over 16 steps; "stored": the recorded state, 16 steps of burn-in, then 16
+# back-propagated), AQL on CartPole-P (an LSTM of 64 cells in the shared embedding)
+_PENDULUM_P, _CARTPOLE_P = "offpolicy/Pendulum-P-v0", "offpolicy/CartPole-P-v0"
+_STORED = {"core_start": "stored", "core_burn_in": 16}
+_AQL_SMALL = {".preset": "small"}
+_AQL_CORE = {"core": "lstm", "core_cells": 64, "core_window": 8}
+for _algo, _ff, _rec in (("vracer", {}, {".preset": "lstm"}),
+                         ("ddpg", {".preset": "refer"}, {".preset": "lstm"})):
+    ENTRIES[f"ours-{_algo}-pendulum-p"] = ("ours", _algo, {"env": _PENDULUM_P, **_ff})
+    ENTRIES[f"ours-{_algo}-pendulum-p-lstm-zero"] = ("ours", _algo, {"env": _PENDULUM_P, **_rec})
+    ENTRIES[f"ours-{_algo}-pendulum-p-lstm-stored"] = ("ours", _algo,
+                                                       {"env": _PENDULUM_P, **_rec, **_STORED})
+ENTRIES["ours-aql-cartpole-p"] = ("ours", "aql", {"env": _CARTPOLE_P, **_AQL_SMALL})
+ENTRIES["ours-aql-cartpole-p-lstm-zero"] = ("ours", "aql",
+                                            {"env": _CARTPOLE_P, **_AQL_SMALL, **_AQL_CORE})
+ENTRIES["ours-aql-cartpole-p-lstm-stored"] = ("ours", "aql", {
+    "env": _CARTPOLE_P, **_AQL_SMALL, **_AQL_CORE, "core_start": "stored",
+    "core_burn_in": 10})
+RECURRENT = [n for n in ENTRIES if "pendulum-p" in n or "cartpole-p" in n]
 BASE = ["ours-ddpg", "ours-ace-5-1", "ours-ace-10-1", "ours-ace-5-2"]
 OURS = [name for name, (kind, _, _) in ENTRIES.items() if kind == "ours"]
 # the same configurations without our XLA:CPU flags (offpolicy/jax_setup.py): an ablation
@@ -114,6 +136,7 @@ SUITES = {
                   "ours-dqn-cartpole", "sbx-dqn-cartpole", "sb3-dqn-cartpole"],
     "aql": ["ours-aql-cheetah-d5", "ours-uniform-q-cheetah-d5", "ours-qt-opt-cheetah-d5",
             "ours-exact-q-cheetah-d5"],
+    "recurrent": RECURRENT,
 }
 # ours over peer, paired per round (the ACER suite)
 PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
@@ -143,6 +166,17 @@ SUITE_NOTES = {
            ">= 10x exact-q. XLA's FLOP count of a scan counts its body once, so exact-q's "
            "GFLOP/update and FLOP efficiency are those of one chunk (its whole update is about "
            "15 625 / 500 x AQL's search, some 2.3 TFLOP).",
+    "recurrent": "Recurrent cores (issue 39) next to their feed-forward twins, each with the "
+                 "configuration of the learning comparison (learning.py, suite recurrent): "
+                 "V-RACER (batch 256) and DDPG with ReF-ER (batch 128) on Pendulum-P, one "
+                 "update per env step; `-lstm-zero`: --preset lstm (ReF-ER Sec. 5.4: LSTM 2 x "
+                 "32, every output from a zero state over the last 16 steps, at acting and "
+                 "learning); `-lstm-stored`: the same core started from the state recorded "
+                 "while acting, 16 steps of burn-in, 16 back-propagated. AQL (--preset small) "
+                 "on CartPole-P with an LSTM of 64 cells in its shared embedding (zero: windows "
+                 "of 8; stored: burn-in 10), one update of 16 unrolls every 8 env steps. The "
+                 "DDPG twin is --preset refer (128-128 after no core), the lstm preset's layers "
+                 "after the core are 32-32.",
     "acer": "ACER updates once per segment plus Poisson(4) replayed windows, not once per env "
             "step, so the loop ratio and update-only columns are per update, not per step. "
             "PFRL's ACER is asynchronous (one process per env, no batched acting): ours runs "
@@ -249,7 +283,9 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
              "baselines": f"# Throughput ({suite}): TD3 and SAC on {ENV_ID} (256-256, batch "
                           "256), DQN on CartPole-v1 (64-64, batch 32), one update per env step",
              "aql": f"# Throughput ({suite}): AQL and its baselines on {ENV_ID} --discretize 5 "
-                    "(15 625 actions), one env step plus one update of 32 unrolls x 30 steps"
+                    "(15 625 actions), one env step plus one update of 32 unrolls x 30 steps",
+             "recurrent": f"# Throughput ({suite}): recurrent cores against feed-forward "
+                          "twins on the partially observed tasks (Pendulum-P, CartPole-P)"
              }.get(suite, f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env "
                           "step")
     lines = [title, "",

@@ -16,6 +16,7 @@ import numpy as np
 
 from offpolicy import config as C
 from offpolicy import registry
+from offpolicy.agents.acting import HostMemory
 from offpolicy.errors import OffpolicyError
 from offpolicy.training import checkpoint
 from offpolicy.training.run import Run
@@ -96,6 +97,7 @@ class Agent:
     def __init__(self, run: Run, checkpoint: Path | None = None):
         self.run = run
         self._checkpoint = checkpoint  # loaded for acting: no replay allocated yet
+        self._memory: HostMemory | None = None  # a recurrent core's memory of the episode
 
     @property
     def config(self) -> registry.RunConfig:
@@ -125,15 +127,26 @@ class Agent:
             self.run, self._checkpoint = fresh, None
         return self.run.train(until=self.run.step + int(steps), final_eval=False)
 
-    def act(self, obs: np.ndarray) -> Any:
-        """The deterministic (evaluation) action for one env observation, in env units."""
+    def act(self, obs: np.ndarray, first: bool = False) -> Any:
+        """The deterministic (evaluation) action for one env observation, in env units. An
+        agent with a recurrent core (``--<algo>.core``) remembers the episode across calls:
+        pass ``first=True`` with each episode's first observation (the first call starts
+        one either way)."""
         r = self.run
         obs = np.asarray(obs, r.obs_dtype)  # frames stay uint8: the network scales them
         if obs.shape != r.obs_shape:
             raise OffpolicyError(f"observation shape {obs.shape} != {r.obs_shape}")
         if not np.isfinite(obs).all():
             raise OffpolicyError("observation contains NaN or inf")
-        action, _ = r.act(r.obs_norm(obs[None]), explore=False)
+        x = r.obs_norm(obs[None])
+        core = r.contract.core
+        if core is not None:
+            if first or self._memory is None:
+                self._memory = HostMemory(core, 1)
+            x = self._memory.observe(x)
+        action, info = r.act(x, explore=False)
+        if self._memory is not None:
+            self._memory.advance(info)
         return r.spec.to_env(action[0])
 
     def evaluate(self, episodes: int = 10) -> np.ndarray:

@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 
 from offpolicy import __version__, registry
+from offpolicy.config import CoreFields
 from offpolicy.errors import OffpolicyError, did_you_mean
 from offpolicy.train_args import Parser as _Parser
 from offpolicy.train_args import split_flags as _split_flags
@@ -251,8 +252,11 @@ def cmd_list(argv: list[str]) -> int:
     for a in registry.ALGORITHMS.values():
         env_defaults = "".join(f" ({name} on {env})" for env, name in a.env_presets.items())
         print(f"{a.name:<15}{a.description}")
+        core = (f"; recurrent core: --{a.section}.core lstm|gru"
+                if issubclass(a.config_cls, CoreFields) else "")
         details = (f"actions: {', '.join(a.action_kinds)}; presets: {', '.join(a.presets)}"
-                   f"{env_defaults}; --replay: {', '.join(a.replays)}; flags: --{a.section}.*")
+                   f"{env_defaults}; --replay: {', '.join(a.replays)}{core}; flags: "
+                   f"--{a.section}.*")
         print(textwrap.indent(textwrap.fill(details, 85), " " * 15))
     return 0
 

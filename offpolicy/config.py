@@ -62,6 +62,17 @@ class TrainConfig:
     collect_steps: int = _f(
         0, "with --num-collectors: steps of each env copy per chunk a collector sends; 0 = "
         "--segment-length if set, else 50", ge=0)
+    collector_replay: bool = _f(
+        False, "with --num-collectors: each collector keeps its own FIFO replay and sends, per "
+        "unroll of the agent's T steps, the fresh unroll and --collector-replay-unrolls "
+        "unrolls sampled from it; the learner keeps no replay and learns from batches of the "
+        "unrolls it receives (AQL's Algorithm 2, App. A1-A2; agents that learn from "
+        "sequences without write-back: aql, uniform-q, qt-opt, exact-q)")
+    collector_buffer_size: int = _f(100_000, "with --collector-replay: steps each collector's "
+                                    "replay holds (AQL App. A2: 10^5)", ge=2)
+    collector_replay_unrolls: int = _f(2, "with --collector-replay: R, the unrolls sampled "
+                                       "uniformly from a collector's replay and sent with "
+                                       "each fresh one (AQL App. A2: 2)", ge=0, le=64)
     max_collector_restarts: int = _f(
         3, "with --num-collectors: collector failures (a crash, a kill, an env exception) "
         "that are restarted before the run stops with an error", ge=0)
@@ -126,6 +137,31 @@ class TrainConfig:
 
 
 @dataclass
+class CoreFields:
+    """A recurrent core in front of the networks (issue 39; docs/guides/recurrent.md): the
+    fields every algorithm that takes one shares (``--<algo>.core`` and the rest)."""
+
+    core: str = _f("none", "a recurrent core in front of every network that reads "
+                   "observations: none (feed-forward), lstm or gru", choices=("none", "lstm",
+                                                                             "gru"))
+    core_layers: int = _f(1, "recurrent layers of each core", ge=1, le=8)
+    core_cells: int = _f(64, "cells (units) of each recurrent layer", ge=1)
+    core_start: str = _f(
+        "zero", "how a sampled window starts: zero (every output from a zero state over the "
+        "last core_window observations, acting and learning alike: the ReF-ER authors' "
+        "smarties) or stored (acting carries the state through the episode and replay records "
+        "it; learning starts from the recorded state, core_burn_in steps without gradient: "
+        "R2D2)", choices=("zero", "stored"))
+    core_window: int = _f(16, "zero: observations each output is computed from (ReF-ER "
+                          "Sec. 5.4: 16); stored: steps back-propagated through before each "
+                          "sampled step (a sequence agent back-propagates through its "
+                          "unroll)", ge=1, le=1000)
+    core_burn_in: int = _f(0, "stored: steps unrolled from the recorded state without "
+                           "gradient before the back-propagated ones (R2D2: 40)", ge=0,
+                           le=1000)
+
+
+@dataclass
 class DeterministicActorCriticConfig:
     """Fields shared by the deterministic-policy families (DDPG, ACE): targets and noise."""
 
@@ -138,7 +174,7 @@ class DeterministicActorCriticConfig:
 
 
 @dataclass
-class DDPGConfig(DeterministicActorCriticConfig):
+class DDPGConfig(CoreFields, DeterministicActorCriticConfig):
     """DDPG as the ACE paper runs it (Lillicrap et al. 2016 with tanh, no L2)."""
 
     hidden: tuple[int, ...] = _f((400, 300), "hidden sizes of actor and critic")
@@ -161,7 +197,7 @@ class DDPGConfig(DeterministicActorCriticConfig):
 
 
 @dataclass
-class NAFConfig:
+class NAFConfig(CoreFields):
     """NAF (Gu et al. 2016); ``--preset paper`` is the ReF-ER paper's setup (App. A)."""
 
     hidden: tuple[int, ...] = _f((128, 128), "hidden sizes of the one network")
@@ -177,7 +213,7 @@ class NAFConfig:
 
 
 @dataclass
-class VRACERConfig:
+class VRACERConfig(CoreFields):
     """V-RACER (Novati & Koumoutsakos 2019, Sec. 2, Algorithm 3)."""
 
     hidden: tuple[int, ...] = _f((128, 128), "hidden sizes of the one network")
@@ -257,7 +293,7 @@ class ACERConfig:
 
 
 @dataclass
-class AQLConfig:
+class AQLConfig(CoreFields):
     """Amortized Q-learning (Van de Wiele et al. 2020) and its baselines: the argmax of Q over
     N proposal samples and M uniform samples (AQL), over uniform samples only (Uniform-Q), by
     the cross-entropy method (QT-Opt) or over every action (exact Q)."""
@@ -312,7 +348,7 @@ class AQLConfig:
 
 
 @dataclass
-class TD3Config:
+class TD3Config(CoreFields):
     """TD3 (Fujimoto et al. 2018, Algorithm 1): twin critics, clipped double-Q targets, target
     policy smoothing, delayed actor and target updates. The defaults are the paper's (Sec. 6.1
     and Table 3), with its 1000-step random start as ``--warmup-steps`` in the registry."""
@@ -335,7 +371,7 @@ class TD3Config:
 
 
 @dataclass
-class SACConfig:
+class SACConfig(CoreFields):
     """SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications", Algorithm 1
     and Table 1): twin soft Q-functions with targets, a tanh-squashed Gaussian policy,
     automatic entropy tuning with target entropy -|A|."""

@@ -8,11 +8,13 @@ initial actions and values start near zero.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from offpolicy.config import INIT_SCHEMES
 
@@ -180,11 +182,12 @@ class CriticEnsemble(nn.Module):
     hidden: Sequence[int]
     activation: str = "relu"
     init_scheme: str = "orthogonal"
+    core: CoreConfig | None = None  # a recurrent core the critics share, before the action
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         first, rest = self.hidden[0], tuple(self.hidden[1:])
-        x = jnp.concatenate([obs, action], axis=-1)
+        x = jnp.concatenate([core_features(self.core, obs), action], axis=-1)
         h = ACTIVATIONS[self.activation](Dense(self.num * first, self.init_scheme)(x))
         h = jnp.moveaxis(h.reshape(*h.shape[:-1], self.num, first), -2, 0)  # [num, B, h]
         critics = nn.vmap(MLP, variable_axes={"params": 0}, split_rngs={"params": True},
@@ -206,3 +209,197 @@ class Torso(nn.Module):
         if self.cnn:
             return NatureCNN(init_scheme=self.init_scheme)(obs)
         return MLP(self.hidden, self.activation, init_scheme=self.init_scheme)(obs)
+
+
+# ---------------------------------------------------------------------- recurrent cores
+CORE_KINDS = ("lstm", "gru")
+CORE_STARTS = ("zero", "stored")
+
+
+def core_state_size(kind: str, layers: int, cells: int) -> int:
+    """Floats in one core's state: per layer (h, c) for an LSTM, h for a GRU."""
+    return layers * cells * (2 if kind == "lstm" else 1)
+
+
+@struct.dataclass
+class Context:
+    """What a recurrent core reads: a time-major window of observations and where to start.
+
+    ``obs`` [T, B, *obs]: the window (position 0 first); ``reset`` [T, B]: the state restarts
+    from zero before this position (an episode's first step); ``carry`` [B, S]: every core's
+    state before position 0, flat (each core reads its own slice); ``grad_from`` [B]: no
+    gradient flows back into the state before this position (R2D2's burn-in); ``positions``
+    [B]: the first position whose output is wanted, and ``span`` how many (0: one, without a
+    time axis: [B, cells]; n: [n, B, cells]).
+
+    ``window`` W > 0 computes every wanted output from a zero state over its own last W
+    positions (the ones before position 0 do not exist: the window starts at 0 there), as
+    the ReF-ER authors' smarties does; 0 unrolls the whole window once from ``carry``.
+    """
+
+    obs: jax.Array
+    reset: jax.Array
+    carry: jax.Array
+    grad_from: jax.Array
+    positions: jax.Array
+    span: int = struct.field(pytree_node=False, default=0)
+    window: int = struct.field(pytree_node=False, default=0)
+
+    @property
+    def batch_size(self) -> int:
+        return self.obs.shape[1]
+
+
+def _blockwise_orthogonal(blocks: int):
+    """Recurrent kernels [cells, blocks x cells]: an orthogonal matrix per gate."""
+    base = nn.initializers.orthogonal(1.0)
+
+    def init(key, shape, dtype=jnp.float32):
+        keys = jax.random.split(key, blocks)
+        return jnp.concatenate([base(k, (shape[0], shape[0]), dtype) for k in keys], axis=-1)
+    return init
+
+
+class RecurrentCore(nn.Module):
+    """A stack of ``layers`` LSTM or GRU layers of ``cells`` units in front of a network:
+    obs -> features [..., cells] (the last layer's output h).
+
+    LSTM (Hochreiter & Schmidhuber 1997, with the forget gate of Gers et al. 2000 and its
+    bias 1, Jozefowicz et al. 2015), per layer with input x (the observation, or the layer
+    below's h):
+      i, f, g, o = split(W_x x + W_h h + b);  c' = s(f + 1) c + s(i) tanh(g);  h' = s(o) tanh(c')
+    GRU (Cho et al. 2014; the reset gate applied after the recurrent product, as PyTorch and
+    Flax do, with one bias per gate):
+      r = s(W_xr x + W_hr h + b_r);  z = s(W_xz x + W_hz h + b_z)
+      n = tanh(W_xn x + b_n + r (W_hn h));  h' = (1 - z) n + z h
+    s is the logistic function. Input kernels are initialised by ``init_scheme``, recurrent
+    kernels orthogonally per gate, biases at zero.
+
+    Called on a :class:`Context` (acting and learning); a plain array [..., d] is taken as
+    one step from a zero state (``init``). ``final=True`` returns the state after the whole
+    window instead ([B, S] of this core; acting advances its carry with it). ``offset``: where
+    this core's state starts in ``Context.carry`` (an agent with several cores stacks them).
+    """
+
+    kind: str
+    layers: int
+    cells: int
+    offset: int = 0
+    init_scheme: str = "orthogonal"
+
+    @property
+    def state_size(self) -> int:
+        return core_state_size(self.kind, self.layers, self.cells)
+
+    @nn.compact
+    def __call__(self, x, final: bool = False):
+        lead = None
+        if not isinstance(x, Context):  # one step from a zero state, any leading axes
+            lead = x.shape[:-1]
+            flat = x.reshape((1, -1, x.shape[-1]))
+            n = flat.shape[1]
+            x = Context(flat, jnp.zeros((1, n), bool),
+                        jnp.zeros((n, self.offset + self.state_size), jnp.float32),
+                        jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.int32))
+        gates = 4 if self.kind == "lstm" else 3
+        c = self.cells
+        weights = []
+        for layer in range(self.layers):
+            d_in = x.obs.shape[-1] if layer == 0 else c
+            k_init, _ = initializers(self.init_scheme, False, d_in)
+            weights.append((self.param(f"input_{layer}", k_init, (d_in, gates * c)),
+                            self.param(f"recurrent_{layer}", _blockwise_orthogonal(gates),
+                                       (c, gates * c)),
+                            self.param(f"bias_{layer}", zeros, (gates * c,))))
+        carry = x.carry[:, self.offset:self.offset + self.state_size]
+        if final:
+            return self._unroll(weights, x.obs, x.reset, carry, x.grad_from)[1]
+        count = max(x.span, 1)
+        wanted = x.positions[None, :] + jnp.arange(count)[:, None]  # [n, B]
+        if x.window:
+            out = self._windows(weights, x, wanted)
+        else:
+            outs, _ = self._unroll(weights, x.obs, x.reset, carry, x.grad_from)
+            out = jnp.take_along_axis(outs, wanted[..., None], axis=0)
+        if lead is not None:
+            return out[0].reshape((*lead, c))
+        return out if x.span else out[0]
+
+    def _cell(self, weights, carry, x_proj):
+        """One time step of every layer: carry [N, S], x_proj [N, G c] (the first layer's
+        input product, hoisted out of the scan) -> (new carry, the top layer's h)."""
+        c, lstm = self.cells, self.kind == "lstm"
+        per = 2 * c if lstm else c
+        new, inp = [], None
+        for layer, (w_x, w_h, b) in enumerate(weights):
+            state = carry[:, layer * per:(layer + 1) * per]
+            h = state[:, :c]
+            xz = x_proj if layer == 0 else inp @ w_x + b
+            if lstm:
+                i, f, g, o = jnp.split(xz + h @ w_h, 4, axis=-1)
+                cell = jax.nn.sigmoid(f + 1.0) * state[:, c:] + jax.nn.sigmoid(i) * jnp.tanh(g)
+                h = jax.nn.sigmoid(o) * jnp.tanh(cell)
+                new += [h, cell]
+            else:
+                xr, xu, xn = jnp.split(xz, 3, axis=-1)
+                hr, hu, hn = jnp.split(h @ w_h, 3, axis=-1)
+                r, u = jax.nn.sigmoid(xr + hr), jax.nn.sigmoid(xu + hu)
+                h = (1.0 - u) * jnp.tanh(xn + r * hn) + u * h
+                new.append(h)
+            inp = h
+        return jnp.concatenate(new, axis=-1), inp
+
+    def _unroll(self, weights, obs, reset, carry, grad_from):
+        """Outputs [T, N, cells] and the final state of one unroll from ``carry``."""
+        w_x, _, b = weights[0]
+        x_proj = obs.astype(jnp.float32) @ w_x + b  # [T, N, G c]: one product for all steps
+        steps = jnp.arange(obs.shape[0])
+
+        def step(carry, inputs):
+            t, xp, r = inputs
+            carry = jnp.where(r[:, None], 0.0, carry)
+            carry = jnp.where((t == grad_from)[:, None], jax.lax.stop_gradient(carry), carry)
+            carry, out = self._cell(weights, carry, xp)
+            return carry, out
+
+        carry, outs = jax.lax.scan(step, carry, (steps, x_proj, reset))
+        return outs, carry
+
+    def _windows(self, weights, x: Context, wanted):
+        """Each wanted output from a zero state over its own last ``window`` positions:
+        windows [W, n B] gathered from the context and unrolled side by side."""
+        w = x.window
+        n, batch = wanted.shape
+        idx = wanted[None] - (w - 1) + jnp.arange(w)[:, None, None]  # [W, n, B]
+        first = jnp.maximum(wanted - (w - 1), 0)[None]  # where each window really starts
+        clipped = jnp.maximum(idx, 0)
+        cols = jnp.broadcast_to(jnp.arange(batch), idx.shape)
+        obs = x.obs[clipped, cols]  # [W, n, B, d]
+        reset = x.reset[clipped, cols] | (idx == first)
+        obs = obs.reshape((w, n * batch, *obs.shape[3:]))
+        reset = reset.reshape((w, n * batch))
+        zero = jnp.zeros((n * batch, self.state_size), jnp.float32)
+        never = jnp.full((n * batch,), -1, jnp.int32)
+        outs, _ = self._unroll(weights, obs, reset, zero, never)
+        return outs[-1].reshape((n, batch, self.cells))
+
+
+class CoreConfig(NamedTuple):
+    """A network's core, as a (hashable) Flax module attribute."""
+
+    kind: str
+    layers: int
+    cells: int
+    offset: int = 0
+    init_scheme: str = "orthogonal"
+
+    def module(self, name: str | None = "core") -> RecurrentCore:
+        return RecurrentCore(self.kind, self.layers, self.cells, self.offset, self.init_scheme,
+                             name=name)
+
+
+def core_features(core: CoreConfig | None, obs):
+    """Inside a network's ``nn.compact`` call: the core's features of ``obs`` (an array or a
+    :class:`Context`), or ``obs`` itself without a core. The core's parameters are the
+    network's ``core`` entry."""
+    return obs if core is None else core.module()(obs)

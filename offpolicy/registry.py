@@ -87,11 +87,21 @@ _DDPG_PRESETS = {
              "critic_lr": 2e-4, "gamma": 0.99, "train": {"num_collectors": 100,
                                                          "batch_size": 32}},
 }
+# ReF-ER Sec. 5.4 (the partially observed flow): "we only substitute the MLPs used for function
+# approximation with LSTM networks (2 layers of 32 cells with back-propagation window of 16
+# steps)", every output from a zero state over the last 16 steps (the authors' smarties); the
+# layers after the core are cut to 32 units (DDPG keeps two, so that the action still enters
+# the critic below its output layer)
+_LSTM = {"core": "lstm", "core_layers": 2, "core_cells": 32, "core_start": "zero",
+         "core_window": 16}
+_DDPG_PRESETS["lstm"] = {**_DDPG_PRESETS["refer"], **_LSTM, "hidden": (32, 32)}
 # V-RACER: the paper's network and App. B scaling by default; "paper" adds its 2^18 memory
 # (the default 1e6 keeps every step of a 20k-100k run; learning starts at one batch)
-_ONE_NET_PRESETS = {"paper": {"train": {"buffer_size": REFER_MEMORY_MAX}}}
+_ONE_NET_PRESETS = {"paper": {"train": {"buffer_size": REFER_MEMORY_MAX}},
+                    "lstm": {**_LSTM, "hidden": (32,)}}
 _NAF_PRESETS = {"paper": {"lr": 1e-4, "activation": "softsign", "tau": 0.01,
                           "train": {"buffer_size": REFER_MEMORY_MAX}}}
+_NAF_PRESETS["lstm"] = {**_NAF_PRESETS["paper"], **_LSTM, "hidden": (32,)}
 _ACE_PRESETS = {"paper": {}, "n10-d1": {"num_actors": 10}, "n5-d2": {"plan_depth": 2}}
 _CONT = ("continuous",)
 _ALL_KINDS = ("continuous", "discrete", "multi_discrete", "hybrid")
@@ -117,10 +127,22 @@ def _aql(name: str, search: str, kinds: tuple[str, ...], description: str) -> Al
 # step (each step learned about 3 times: cheap enough for big action spaces, slow to learn);
 # "small": quick runs on a CPU, the learning-time search 5x smaller (N 20, M 80), 16 unrolls
 # per update every 8 env steps (CartPole-v1 reaches 500 in about 40k steps, 2 minutes here)
+# "lstm": App. A1's recurrent core ("a recurrent LSTM core with 256 cells" ends the shared
+# state embedding on DeepMind Lab), trained as R2D2 (cited as the kin of the exact-Q ablation):
+# windows start from the state recorded while acting, 40 steps of burn-in
 _AQL_PRESETS = {"paper": {"train": {"updates_per_step": 0.1 / 32}},
                 "small": {"hidden": (64, 64), "proposal_hidden": (64,),
                           "proposal_samples": 20, "uniform_samples": 80,
-                          "train": {"batch_size": 16, "updates_per_step": 0.125}}}
+                          "train": {"batch_size": 16, "updates_per_step": 0.125}},
+                "lstm": {"core": "lstm", "core_layers": 1, "core_cells": 256,
+                         "core_start": "stored", "core_burn_in": 40},
+                # App. A1-A2's distributed system: 100 collectors, each with its own FIFO
+                # replay of 10^5 steps, sending every unroll of 30 steps with 2 sampled ones;
+                # the learner learns from batches of 32 unrolls as they arrive
+                "paper-distributed": {"train": {
+                    "num_collectors": 100, "collector_replay": True,
+                    "collector_buffer_size": 100_000, "collector_replay_unrolls": 2,
+                    "collect_steps": 30, "batch_size": 32}}}
 # Platform (hybrid actions; not one of the paper's tasks, 9 state features): the Control Suite
 # sizes cost about 2.5 s per update on one core here, some 9 hours per 200k-step run, and its
 # literature (P-DQN, MP-DQN) uses small networks; --preset small solves it in 3 of 3 seeds

@@ -101,7 +101,7 @@ def test_actor_gradient_enters_through_mu_only(algo):
     ap = {k: p[k] for k in agent.actor_keys}
     got = jax.grad(agent.actor_loss)(ap, p, obs)
 
-    zc = agent.encoder.apply({"params": p[agent._critic_enc]}, obs)
+    zc = agent.encode(p, agent._critic_enc, obs)
 
     def q_of_a(a):
         return agent.critic_head.apply({"params": p["critic"]}, zc, a)

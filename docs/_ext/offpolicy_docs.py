@@ -94,11 +94,12 @@ def cli_reference() -> str:
             "algorithm does not take is refused before the run starts; `--discretize K` turns "
             "continuous actions into discrete ones).", "",
             "| algorithm | " + " | ".join(kinds) + " | " + " | ".join(
-                f"`--replay {r}`" for r in replays) + " | presets |",
-            "|---|" + "---|" * (len(kinds) + len(replays) + 1)]
+                f"`--replay {r}`" for r in replays) + " | recurrent core | presets |",
+            "|---|" + "---|" * (len(kinds) + len(replays) + 2)]
     for a in registry.ALGORITHMS.values():
         cells = ["yes" if k in a.action_kinds else "" for k in kinds]
         cells += ["yes" if r in a.replays else "" for r in replays]
+        cells += [f"`--{a.section}.core`" if issubclass(a.config_cls, C.CoreFields) else ""]
         out.append(f"| `{a.name}` | " + " | ".join(cells) + f" | {', '.join(a.presets)} |")
     out += ["", "## Training flags", "",
             "Shared by every algorithm; the defaults shown are the dataclass's (each algorithm "

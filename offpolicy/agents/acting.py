@@ -26,7 +26,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from offpolicy.agents.base import CORE_STATE, NEXT_CORE_STATE, CoreSpec
 from offpolicy.jax_setup import host_device
+from offpolicy.networks import Context
 
 NOISE_KINDS = ("ou", "gaussian", "none")
 
@@ -121,3 +123,64 @@ class HostPolicy:
 
     def load_state_dict(self, d: dict) -> None:
         self.key = jax.device_put(np.asarray(d["key"], np.uint32), self._dev)
+
+
+class HostMemory:
+    """What a recurrent policy remembers of each of ``num_envs`` episodes in progress, on the
+    host (NumPy), and the :class:`~offpolicy.networks.Context` it acts on
+    (:class:`~offpolicy.agents.base.CoreSpec`):
+
+    * ``zero``: the last ``window`` observations of each env copy (time-major [W, K, ...]) and
+      how many of them belong to its episode; the core restarts from zero at the first one;
+    * ``stored``: each copy's core state before its current observation ([K, S]), which the
+      collector records as the behaviour field ``core_state``; the policy returns the state
+      after the step, which :meth:`advance` keeps.
+
+    :meth:`reset` at an episode's start (terminated or truncated alike), before its first
+    observation is seen; :meth:`observe` once per new observation.
+    """
+
+    def __init__(self, spec: CoreSpec, num_envs: int):
+        self.spec, self.num_envs = spec, num_envs
+        self.carry = np.zeros((num_envs, spec.state_size if spec.stored else 0), np.float32)
+        self.recent: np.ndarray | None = None  # zero: [W, K, ...], from the first observation
+        self.count = np.zeros(num_envs, np.int64)  # observations of the episode so far
+
+    def reset(self, env: int | None = None) -> None:
+        """Env copy ``env`` (all when None) starts an episode."""
+        which = slice(None) if env is None else env
+        self.count[which] = 0
+        if self.spec.stored:
+            self.carry[which] = 0.0
+
+    def observe(self, obs: np.ndarray):
+        """The context for observations ``obs`` [K, ...] (normalised as the policy takes
+        them), each the next of its env copy's episode."""
+        k = self.num_envs
+        self.count += 1
+        if self.spec.stored:
+            return Context(np.asarray(obs, np.float32)[None], np.zeros((1, k), bool),
+                           self.carry.copy(), np.zeros(k, np.int32), np.zeros(k, np.int32))
+        w = self.spec.window
+        if self.recent is None:
+            self.recent = np.zeros((w, *np.shape(obs)), np.float32)
+        self.recent = np.roll(self.recent, -1, axis=0)
+        self.recent[-1] = obs
+        reset = np.zeros((w, k), bool)
+        reset[w - np.minimum(self.count, w), np.arange(k)] = True
+        return Context(self.recent.copy(), reset, self.carry,
+                       np.zeros(k, np.int32), np.full(k, w - 1, np.int32), window=w)
+
+    def recorded(self) -> dict[str, np.ndarray]:
+        """What replay stores of the memory with the step about to be taken: the state before
+        it (stored), nothing (zero)."""
+        return {CORE_STATE: self.carry.copy()} if self.spec.stored else {}
+
+    def advance(self, info: dict) -> dict:
+        """Keep the state after the step from a policy's ``info`` (stored), and return the
+        info without it."""
+        if NEXT_CORE_STATE not in info:
+            return info
+        info = dict(info)
+        self.carry = np.array(info.pop(NEXT_CORE_STATE), np.float32)  # writable: reset()
+        return info

@@ -29,6 +29,12 @@ many times, and an a* found with old parameters is an argmax of an old Q; the se
 learning time uses the Q being trained (Algorithm 2's learner gets a* from the actor because
 its actors are fresh; with replay ratios of 8+ here they are not).
 
+Recurrent core (``--aql.core lstm``, App. A1: on DeepMind Lab "a recurrent LSTM core with 256
+cells" ends the shared state embedding): the Q network and the proposal read the core's
+features of the unroll's history instead of the observations (``agents/recurrent.py``); as
+the paper holds the shared embedding constant in the proposal loss, only the Q loss trains
+the core (with the Q network's optimiser; a target network copies it with Q).
+
 Network: the action embedding e(a) (one-hots, values, Platform's chosen parameter) joins the
 Q network at hidden layer ``action_layer``, z = act(W_s h(s) + W_a e(a) + b), with the layers
 before it (h) and the state's product W_s h(s) computed once per state, and the layers after
@@ -50,6 +56,7 @@ import optax
 from offpolicy import returns
 from offpolicy.agents.aql_proposal import Proposal
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, sequences
+from offpolicy.agents.recurrent import Recurrence
 from offpolicy.config import AQLConfig
 from offpolicy.envs import action_embedding as emb
 from offpolicy.envs.spaces import ActionSpec
@@ -87,7 +94,6 @@ class AQL:
 
     exploration_noise = None
     writeback_fields: dict = {}
-    behaviour_fields: dict = {}
 
     def __init__(self, config: AQLConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
                  context: AgentContext = DEFAULT_CONTEXT):
@@ -95,7 +101,10 @@ class AQL:
             raise OffpolicyError(f"aql takes flat observations, got shape {tuple(obs_shape)}")
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.context = context
-        self.data = sequences(config.unroll_length)
+        self.rec = Recurrence(config, "sequences", ("embedding",), "orthogonal", "aql")
+        self.data, self.core = self.rec.data(sequences(config.unroll_length)), self.rec.spec
+        self.behaviour_fields = self.rec.behaviour_fields
+        self.embedding = self.rec.core("embedding").module(None) if self.rec.enabled else None
         self.sub_actions = tuple(tuple(s) for s in spec.sub_actions())
         self.embed_dim = emb.embed_dim(spec, config.hybrid_embedding)
         self.q_net = QNetwork(tuple(config.hidden), config.activation, config.action_layer)
@@ -124,20 +133,38 @@ class AQL:
     # ------------------------------------------------------------------ state
     def init(self, key: jax.Array) -> dict[str, Any]:
         kq, kf, kp = jax.random.split(key, 3)
+        kc = jax.random.fold_in(key, 3)  # the core's (feed-forward keys stay as they were)
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
+        params = {}
+        if self.embedding is not None:
+            params["core"] = self.embedding.init(kc, obs)["params"]
+            obs = self.embed(params["core"], obs)
         q = self.q_net.init(kq, obs, jnp.zeros((1, 1, self.embed_dim), jnp.float32))["params"]
-        params = {"q": q}
+        params["q"] = q
         state = {}
         if self.uses_proposal:
             feats = self.features.init(kf, obs)["params"]
             width = self.config.proposal_hidden[-1]  # config sizes are never empty
             params["proposal"] = {"features": feats, "heads": self.proposal.init(kp, width)}
             state["proposal_opt"] = self.proposal_opt.init(params["proposal"])
-        state.update({"params": params, "q_opt": self.q_opt.init(q),
+        state.update({"params": params, "q_opt": self.q_opt.init(self._q_part(params)),
                       "updates": jnp.zeros((), jnp.int32)})
         if self.config.target_update_every:
             state["target_q"] = q
+            if self.embedding is not None:
+                state["target_core"] = params["core"]
         return state
+
+    def embed(self, core_params, obs):
+        """The shared state embedding: the core's features of ``obs`` (a context), or the
+        observations themselves (the identity, as on the Control Suite)."""
+        if self.embedding is None:
+            return obs
+        return self.embedding.apply({"params": core_params}, obs)
+
+    def _q_part(self, params: dict) -> Any:
+        """What the Q loss trains: Q, and the core in front of it."""
+        return (params["q"], params["core"]) if self.embedding is not None else params["q"]
 
     def acting_params(self, state: dict) -> dict:
         return state["params"]
@@ -277,12 +304,14 @@ class AQL:
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         k_search, k_eps = jax.random.split(key)
-        a_star, _, info = self.argmax(params, params["q"], obs, k_search)
+        h = self.embed(params.get("core"), obs)
+        a_star, _, info = self.argmax(params, params["q"], h, k_search)
+        acting = self.rec.acting_info(lambda: {"embedding": params["core"]}, obs, {})
         if not explore:
-            return a_star, {}
-        eps = self.epsilons(obs.shape[0])
-        random = jax.random.uniform(k_eps, (obs.shape[0],)) < eps
-        return jnp.where(random[:, None], info["first_uniform"], a_star), {}
+            return a_star, acting
+        eps = self.epsilons(h.shape[0])
+        random = jax.random.uniform(k_eps, (h.shape[0],)) < eps
+        return jnp.where(random[:, None], info["first_uniform"], a_star), acting
 
     def inspect(self, params: dict, obs: jax.Array, key: jax.Array) -> dict[str, Any]:
         """What the proposal figure draws for states obs [B, d] (AQL Fig. 4): the greedy
@@ -292,6 +321,9 @@ class AQL:
         if not self.uses_proposal:
             raise OffpolicyError(f"--proposal needs a learned proposal (search 'proposal'), "
                                  f"this agent searches by '{self.search}'")
+        if self.embedding is not None:
+            raise OffpolicyError("--proposal draws single states; it does not take an agent "
+                                 "with a recurrent core (--aql.core)")
         _, num_proposed, q, _, a_star = self._sampled_argmax(params, params["q"], obs, key)
         feats = self._proposal_features(params, obs)
         dists = self.proposal.probabilities(params["proposal"]["heads"], feats,
@@ -304,29 +336,42 @@ class AQL:
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c = self.config
         params = state["params"]
+        if self.embedding is not None:  # obs: a view of the unroll's history
+            batch = self.rec.sequence_view(batch)
         obs, mask = batch["obs"], batch["mask"]  # [T+1, B, d], [T, B]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
+        core = params.get("core")
+        h = self.embed(core, obs)  # the shared state embedding, [T+1, B, E]
         target_q = state.get("target_q", params["q"])
+        h_target = self.embed(state.get("target_core", core), obs) if "target_core" in state \
+            else h
         # a*(s) at every state of the unroll with the current networks (recomputed, see doc)
-        a_star, _, info = self.argmax(params, params["q"], obs, key)
+        a_star, _, info = self.argmax(params, params["q"], h, key)
         a_star = jax.lax.stop_gradient(a_star)
-        next_q = self.q_values(target_q, obs[1:], a_star[1:, :, None, :])[..., 0]
+        next_q = self.q_values(target_q, h_target[1:], a_star[1:, :, None, :])[..., 0]
         g = returns.lambda_returns(batch["reward"], c.gamma * batch["discount"],
                                    jax.lax.stop_gradient(next_q), c.lambda_, mask=mask)
 
-        def q_loss(q_params):
-            q = self.q_values(q_params, obs[:-1], batch["action"][:, :, None, :])[..., 0]
+        def q_loss(trained):
+            q_params, hh = (trained[0], self.embed(trained[1], obs)) \
+                if self.embedding is not None else (trained, obs)
+            q = self.q_values(q_params, hh[:-1], batch["action"][:, :, None, :])[..., 0]
             return 0.5 * jnp.sum(jnp.where(mask > 0, (g - q) ** 2, 0.0)) / denom, q
 
-        (loss_q, q_taken), grads = jax.value_and_grad(q_loss, has_aux=True)(params["q"])
-        upd, q_opt = self.q_opt.update(grads, state["q_opt"], params["q"])
-        new_params = {**params, "q": optax.apply_updates(params["q"], upd)}
+        trained = self._q_part(params)
+        (loss_q, q_taken), grads = jax.value_and_grad(q_loss, has_aux=True)(trained)
+        upd, q_opt = self.q_opt.update(grads, state["q_opt"], trained)
+        trained = optax.apply_updates(trained, upd)
+        new_params = {**params, **({"q": trained[0], "core": trained[1]}
+                                   if self.embedding is not None else {"q": trained})}
         new_state = {**state, "params": new_params, "q_opt": q_opt,
                      "updates": state["updates"] + 1}
         if c.target_update_every:
             copy = (new_state["updates"] % c.target_update_every) == 0
-            new_state["target_q"] = jax.tree_util.tree_map(
-                lambda t, q: jnp.where(copy, q, t), state["target_q"], new_params["q"])
+            for key_, name in (("target_q", "q"), ("target_core", "core")):
+                if key_ in state:
+                    new_state[key_] = jax.tree_util.tree_map(
+                        lambda t, q: jnp.where(copy, q, t), state[key_], new_params[name])
 
         def mean(x):
             return jnp.sum(jnp.where(mask > 0, x, 0.0)) / denom
@@ -336,8 +381,10 @@ class AQL:
             targets = a_star[:-1][:, :, None, :]
             samples = jax.lax.stop_gradient(info["proposal_sample"][:-1])[:, :, None, :]
 
+            h_const = jax.lax.stop_gradient(h)  # the shared embedding is constant here
+
             def proposal_loss(p):
-                feats = self.features.apply({"params": p["features"]}, obs[:-1])
+                feats = self.features.apply({"params": p["features"]}, h_const[:-1])
                 nll = -self.proposal.log_prob(p["heads"], feats, targets)[..., 0]
                 ent = self.proposal.entropies(p["heads"], feats, samples)[..., 0, :]
                 loss = mean(nll) - c.entropy_weight * mean(jnp.sum(ent, -1))

@@ -50,6 +50,13 @@ the :class:`Contract` that :func:`check_agent` returns; the runtime reads the co
     what the policy considered at a state (AQL's proposal, ``offpolicy eval --proposal``).
 ``config.gamma`` (default 0.99), read by :func:`discount`
     the algorithm config's discount: the reward normaliser's running return uses it.
+``core`` (default None)
+    a :class:`CoreSpec` for an agent with a recurrent core. Its ``policy`` then takes, in
+    place of obs, a ``networks.Context`` the runtime builds from the observations and the
+    acting memory it keeps per env copy (the last ``window`` observations, or the carried
+    state), and under ``stored`` returns the state after the step in its info
+    (:data:`NEXT_CORE_STATE`, not stored); its ``data`` asks for a context
+    (:meth:`DataSpec.with_context`).
 
 Every agent is built as ``Agent(config, obs_shape, action_spec, context)``: the algorithm's
 config section, the observation shape, the env's ``ActionSpec`` and an :class:`AgentContext`
@@ -78,16 +85,33 @@ DATA_KINDS = ("transitions", "sequences", "episodes")
 @dataclass(frozen=True)
 class DataSpec:
     """What an update learns from; build with :func:`transitions`, :func:`sequences` or
-    :func:`episodes`."""
+    :func:`episodes` (a recurrent agent adds a context: :meth:`with_context`)."""
 
     kind: str
     length: int = 1  # sequences: window length T; episodes: the maximum episode length
+    # recurrent agents: up to this many steps of the same episode before each sampled step
+    # (transitions) or window (sequences), as ``context_obs``; with ``context_state``, the
+    # core state recorded while acting at the context's first step too
+    context: int = 0
+    context_state: bool = False
 
     def __post_init__(self):
         if self.kind not in DATA_KINDS:
             raise ValueError(f"unknown data kind {self.kind!r} (valid: {', '.join(DATA_KINDS)})")
         if self.length < 1:
             raise ValueError(f"{self.kind} length must be >= 1, got {self.length}")
+        if self.context < 0 or (self.context_state and self.kind == "episodes"):
+            raise ValueError(f"invalid context for {self.kind}: {self.context}")
+
+    def with_context(self, steps: int, state: bool) -> DataSpec:
+        """This spec with a recurrent context: each sample also carries ``context_obs``
+        [steps + span + 1, B, ...], the observations from up to ``steps`` steps before the
+        sampled step (transitions; span 1) or window (sequences; span T) to its end, never
+        reaching into another episode, its offset ``context_position`` [B] (how many steps
+        before the sample it starts) and, with ``state``, ``context_state`` [B, S]: the
+        behaviour field :data:`CORE_STATE` at its first step. The context replaces the
+        batch's ``obs`` and ``next_obs`` (it holds them) and its per-step core states."""
+        return DataSpec(self.kind, self.length, int(steps), bool(state))
 
 
 def transitions() -> DataSpec:
@@ -105,6 +129,35 @@ def episodes(max_length: int) -> DataSpec:
     """Whole episodes from their first step, padded to ``max_length`` (same layout as
     sequences; an episode longer than ``max_length`` is cut there, its mask stays 1)."""
     return DataSpec("episodes", int(max_length))
+
+
+CORE_STATE = "core_state"  # the behaviour field of a recurrent core's state before each step
+NEXT_CORE_STATE = "next_core_state"  # policy info: the state after the step (not stored)
+# batch keys of a recurrent context (DataSpec.with_context)
+CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE = "context_obs", "context_position", "context_state"
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """An agent's recurrent core(s), as the runtime sees them (the optional member ``core``).
+
+    ``start`` 'zero': every core output comes from a zero state over the last ``window``
+    observations of the episode (the step's own included), when acting and when learning
+    alike (the ReF-ER authors' smarties); acting keeps those observations. 'stored': acting
+    carries the state through the whole episode and records it before every step
+    (:data:`CORE_STATE`, a behaviour field of ``state_size`` floats); learning starts a
+    window from the state recorded at its first step, runs ``burn_in`` steps without
+    gradient, then back-propagates (R2D2, Kapturowski et al. 2019). The state restarts from
+    zero at every episode start, terminated or truncated."""
+
+    start: str
+    window: int
+    burn_in: int
+    state_size: int
+
+    @property
+    def stored(self) -> bool:
+        return self.start == "stored"
 
 
 @runtime_checkable
@@ -157,6 +210,7 @@ class Contract:
     single_actor_policy: Callable | None = None
     inspect: Callable | None = None
     sub_actions: tuple = ()
+    core: CoreSpec | None = None
 
 
 def contract(agent: Any) -> Contract:
@@ -206,4 +260,12 @@ def check_agent(agent: Any) -> Contract:
     for present, member, partner, partner_name in pairs:
         if present and not partner:
             raise TypeError(f"{name} declares {member} but not {partner_name}")
+    if c.core is not None:
+        if not isinstance(c.core, CoreSpec):
+            raise TypeError(f"{name}.core must be a CoreSpec, got {c.core!r}")
+        stored = CORE_STATE in agent.behaviour_fields
+        if stored != c.core.stored or agent.data.context_state != c.core.stored:
+            raise TypeError(f"{name}: a stored core state needs the behaviour field "
+                            f"{CORE_STATE!r} and a data spec with context_state, and only "
+                            "it does")
     return c

@@ -31,6 +31,12 @@ pi = N(mu(s), sigma^2 I) with sigma = ``noise_sigma`` (0.2), so
 * er / per: exploration as configured (OU by default), nothing stored per step; with
   ``--replay-diagnostics`` rho, the far-policy flag and the KL are computed all the same, as
   diagnostics (the paper's Fig. 2 compares ER's KL with ReF-ER's).
+
+Recurrent cores (``--ddpg.core lstm``; ReF-ER Sec. 5.4 reruns DDPG with "LSTM networks (2
+layers of 32 cells with back-propagation window of 16 steps)": ``--preset lstm``): the actor
+and the critic each get their own core in front of their first layer (one shared core with
+Shared-DDPG), reading the step's history (``agents/recurrent.py``); the action still joins
+the critic at its second layer.
 """
 
 from __future__ import annotations
@@ -45,10 +51,19 @@ import optax
 
 from offpolicy.agents.acting import NoiseSpec
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
+from offpolicy.agents.recurrent import Recurrence
 from offpolicy.config import DDPGConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
-from offpolicy.networks import ACTIVATIONS, MLP, Dense, l2_kernels, soft_update
+from offpolicy.networks import (
+    ACTIVATIONS,
+    MLP,
+    CoreConfig,
+    Dense,
+    core_features,
+    l2_kernels,
+    soft_update,
+)
 from offpolicy.replay import refer
 
 
@@ -56,10 +71,12 @@ class Encoder(nn.Module):
     size: int
     activation: str
     init_scheme: str = "orthogonal"
+    core: CoreConfig | None = None
 
     @nn.compact
     def __call__(self, obs):
-        return ACTIVATIONS[self.activation](Dense(self.size, self.init_scheme)(obs))
+        x = core_features(self.core, obs)
+        return ACTIVATIONS[self.activation](Dense(self.size, self.init_scheme)(x))
 
 
 class ActorHead(nn.Module):
@@ -107,7 +124,6 @@ class DDPG:
                                      refer.FAR: ((), np.float32, 0.0)}
         c = config
         first, rest = c.hidden[0], tuple(c.hidden[1:])
-        self.encoder = Encoder(first, c.activation, c.init)
         self.actor_head = ActorHead(rest, spec.dim, c.activation, c.init)
         self.action_at_input = c.action_input_layer == 1
         self.critic_head = CriticHead(rest, c.activation, c.init, self.action_at_input)
@@ -117,6 +133,17 @@ class DDPG:
                                  "first layers (shared-ddpg shares the state-only first layer)")
         self._actor_enc = "encoder" if shared else "actor_encoder"
         self._critic_enc = "encoder" if shared else "critic_encoder"
+        self.rec = Recurrence(config, "transitions", tuple(dict.fromkeys(
+            (self._actor_enc, self._critic_enc))), c.init, "ddpg")
+        if self.rec.enabled and self.action_at_input:
+            raise OffpolicyError("--ddpg.core needs the action at the critic's second layer "
+                                 "(--ddpg.action-input-layer 2): the core reads observations "
+                                 "only")
+        self.data, self.core = self.rec.data(transitions()), self.rec.spec
+        self.behaviour_fields = {**self.behaviour_fields, **self.rec.behaviour_fields}
+        # one encoder module per network (their cores' states sit at different offsets)
+        self.encoders = {n: Encoder(first, c.activation, c.init, self.rec.core(n))
+                         for n in (self._actor_enc, self._critic_enc)}
         self.critic_keys = (self._critic_enc, "critic")
         self.actor_keys = ("actor",) + (
             (self._actor_enc,) if (not shared or c.actor_trains_encoder) else ())
@@ -132,20 +159,24 @@ class DDPG:
         self.sigma = max(c.noise_sigma, 1e-3)  # the std of mu and pi (rho, KL)
 
     # ------------------------------------------------------------------ networks
+    def encode(self, params, which: str, x):
+        """The first layer of network ``which`` (its encoder's key) on ``x``."""
+        return self.encoders[which].apply({"params": params[which]}, x)
+
     def mu(self, params, obs):
         return self.actor_head.apply({"params": params["actor"]},
-                                     self.encoder.apply({"params": params[self._actor_enc]}, obs))
+                                     self.encode(params, self._actor_enc, obs))
 
     def q(self, params, obs, action):
         x = jnp.concatenate([obs, action], axis=-1) if self.action_at_input else obs
-        z = self.encoder.apply({"params": params[self._critic_enc]}, x)
+        z = self.encode(params, self._critic_enc, x)
         return self.critic_head.apply({"params": params["critic"]}, z, action)
 
     def init(self, key: jax.Array) -> dict[str, Any]:
         k_enc, k_enc2, k_actor, k_critic = jax.random.split(key, 4)
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
-        enc = self.encoder.init(k_enc, obs)["params"]
-        z = self.encoder.apply({"params": enc}, obs)
+        enc = self.encoders[self._actor_enc].init(k_enc, obs)["params"]
+        z = self.encoders[self._actor_enc].apply({"params": enc}, obs)
         act = jnp.zeros((1, self.spec.dim))
         params = {
             "actor": self.actor_head.init(k_actor, z)["params"],
@@ -156,7 +187,8 @@ class DDPG:
         else:
             params["actor_encoder"] = enc
             critic_in = jnp.concatenate([obs, act], -1) if self.action_at_input else obs
-            params["critic_encoder"] = self.encoder.init(k_enc2, critic_in)["params"]
+            params["critic_encoder"] = self.encoders["critic_encoder"].init(
+                k_enc2, critic_in)["params"]
         return {
             "params": params,
             "target": params,
@@ -192,12 +224,12 @@ class DDPG:
         ReF-ER: beta mean(w * -Q) + (1 - beta) mean KL(mu_t || pi) (Eq. 10-11), the KL term
         given ``behaviour_mean``."""
         p = {**params, **ap}
-        z = self.encoder.apply({"params": p[self._actor_enc]}, obs)
+        z = self.encode(p, self._actor_enc, obs)
         a = self.actor_head.apply({"params": p["actor"]}, z)
         if self.action_at_input:  # the critic's parameters are not differentiated here
             q = self.q(params, obs, a)
         else:
-            zc = jax.lax.stop_gradient(self.encoder.apply({"params": p[self._critic_enc]}, obs))
+            zc = jax.lax.stop_gradient(self.encode(p, self._critic_enc, obs))
             q = self.critic_head.apply({"params": params["critic"]}, zc, a)
         loss = -jnp.mean(weights * q)
         if behaviour_mean is None:
@@ -215,6 +247,8 @@ class DDPG:
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c, r = self.config, self.replay
         params, target = state["params"], state["target"]
+        if self.rec.enabled:  # obs and next_obs: views of each step's history
+            batch = self.rec.transition_views(batch)
         # Rule 1 masks both steps, PER weights the critic's only, Rule 2 penalises the actor
         weights, critic_w, beta = 1.0, refer.per_weights(r, batch), 1.0
         extra_state, metrics, writeback = {}, {}, {}
@@ -254,14 +288,19 @@ class DDPG:
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> dict:
+        """The actor's parameters (and, with a stored core state, the critic's first layer,
+        whose core state acting records too)."""
         p = state["params"]
-        return {self._actor_enc: p[self._actor_enc], "actor": p["actor"]}
+        keys = (self._actor_enc, "actor") + ((self._critic_enc,) if self.rec.stored else ())
+        return {k: p[k] for k in keys}
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         """The greedy action mu(s) and its behaviour mean; exploration noise is added on the
         host, except with ReF-ER, where exploring samples mu(s) + sigma N(0, I) here."""
         mean = self.mu(params, obs)
-        info = {"mean": mean} if self.behaviour_fields else {}
+        info = {"mean": mean} if "mean" in self.behaviour_fields else {}
+        info = self.rec.acting_info(lambda: {n: params[n]["core"] for n in self.rec.names},
+                                    obs, info)
         if explore and self.exploration_noise is None:
             return mean + self.sigma * jax.random.normal(key, mean.shape), info
         return mean, info

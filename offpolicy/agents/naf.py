@@ -33,9 +33,10 @@ import numpy as np
 import optax
 
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
+from offpolicy.agents.recurrent import Recurrence
 from offpolicy.config import NAFConfig
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.networks import MLP, Dense, soft_update
+from offpolicy.networks import MLP, CoreConfig, Dense, core_features, soft_update
 from offpolicy.replay import refer
 
 
@@ -46,11 +47,13 @@ class NAFNetwork(nn.Module):
     action_dim: int
     activation: str
     init_scheme: str
+    core: CoreConfig | None = None
 
     @nn.compact
     def __call__(self, obs):
         m = self.action_dim
-        z = MLP(self.hidden, self.activation, init_scheme=self.init_scheme)(obs)
+        z = MLP(self.hidden, self.activation,
+                init_scheme=self.init_scheme)(core_features(self.core, obs))
         n_tril = m * (m + 1) // 2
         head = Dense(1 + m + n_tril, self.init_scheme, output=True)(z)
         value, mean, entries = head[..., 0], jnp.tanh(head[..., 1:1 + m]), head[..., 1 + m:]
@@ -71,16 +74,18 @@ def advantage(mean: jax.Array, lower: jax.Array, action: jax.Array) -> jax.Array
 class NAF:
     """NAF agent: transitions, Gaussian exploration recorded per step, every ``--replay``."""
 
-    data = transitions()
     exploration_noise = None
 
     def __init__(self, config: NAFConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
                  context: AgentContext = DEFAULT_CONTEXT):
         replay = context.replay
         self.config, self.obs_shape, self.spec, self.replay = config, obs_shape, spec, replay
-        self.net = NAFNetwork(tuple(config.hidden), spec.dim, config.activation, config.init)
+        self.rec = Recurrence(config, "transitions", ("net",), config.init, "naf")
+        self.data, self.core = self.rec.data(transitions()), self.rec.spec
+        self.net = NAFNetwork(tuple(config.hidden), spec.dim, config.activation, config.init,
+                              self.rec.core("net"))
         self.sigma = config.noise_sigma
-        self.behaviour_fields = {"mean": ((spec.dim,), np.float32)}
+        self.behaviour_fields = {"mean": ((spec.dim,), np.float32), **self.rec.behaviour_fields}
         self.writeback_fields = {refer.RHO: ((), np.float32, 1.0),
                                  refer.FAR: ((), np.float32, 0.0)}
         self.opt = (refer.annealed_adam(config.lr, replay.anneal) if replay.refer
@@ -110,6 +115,8 @@ class NAF:
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c, r = self.config, self.replay
         params = state["params"]
+        if self.rec.enabled:  # obs and next_obs: views of each step's history
+            batch = self.rec.transition_views(batch)
         _, mean, _ = self.net.apply({"params": params}, batch["obs"])
         mean = jax.lax.stop_gradient(mean)
         a, m_mu = batch["action"], batch["mean"]
@@ -134,6 +141,7 @@ class NAF:
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         """m(s), or m(s) + sigma N(0, I) when exploring; records the mean."""
         _, mean, _ = self.net.apply({"params": params}, obs)
+        info = self.rec.acting_info(lambda: {"net": params["core"]}, obs, {"mean": mean})
         if explore:
-            return mean + self.sigma * jax.random.normal(key, mean.shape), {"mean": mean}
-        return mean, {"mean": mean}
+            return mean + self.sigma * jax.random.normal(key, mean.shape), info
+        return mean, info

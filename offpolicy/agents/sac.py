@@ -39,11 +39,12 @@ import numpy as np
 import optax
 
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
+from offpolicy.agents.recurrent import Recurrence
 from offpolicy.config import SACConfig
 from offpolicy.distributions import SquashedGaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
-from offpolicy.networks import MLP, CriticEnsemble, soft_update
+from offpolicy.networks import MLP, CoreConfig, CriticEnsemble, core_features, soft_update
 from offpolicy.replay import refer
 
 SQUASHED = SquashedGaussian()
@@ -58,11 +59,12 @@ class GaussianPolicy(nn.Module):
     init_scheme: str
     log_std_min: float
     log_std_max: float
+    core: CoreConfig | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         out = MLP(self.hidden, self.activation, out=2 * self.action_dim,
-                  init_scheme=self.init_scheme, out_scale=1.0)(obs)
+                  init_scheme=self.init_scheme, out_scale=1.0)(core_features(self.core, obs))
         mean, log_std = jnp.split(out, 2, axis=-1)
         return mean, jnp.exp(jnp.clip(log_std, self.log_std_min, self.log_std_max))
 
@@ -79,7 +81,6 @@ class SAC:
     """SAC on the agent protocol (``agents/base.py``): transitions; a stochastic policy that
     samples while exploring and acts with tanh(m(s)) when evaluated."""
 
-    data = transitions()
     exploration_noise = None
 
     def __init__(self, config: SACConfig, obs_shape: tuple[int, ...], spec: ActionSpec,
@@ -90,15 +91,19 @@ class SAC:
                                  f"--sac.log-std-max ({c.log_std_max})")
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.replay = replay = context.replay
+        self.rec = Recurrence(c, "transitions", ("actor", "critic"), c.init, "sac")
+        self.data, self.core = self.rec.data(transitions()), self.rec.spec
         self.policy_net = GaussianPolicy(tuple(c.hidden), spec.dim, c.activation, c.init,
-                                         c.log_std_min, c.log_std_max)
-        self.critics = CriticEnsemble(2, tuple(c.hidden), c.activation, c.init)
+                                         c.log_std_min, c.log_std_max, self.rec.core("actor"))
+        self.critics = CriticEnsemble(2, tuple(c.hidden), c.activation, c.init,
+                                      self.rec.core("critic"))
         self.target_entropy = float(c.target_entropy or -spec.dim)
         self.behaviour_fields, self.writeback_fields = {}, {}
         if replay.tracks_behaviour:
             self.behaviour_fields = SQUASHED.behaviour_fields(spec.dim)
             self.writeback_fields = {refer.RHO: ((), np.float32, 1.0),
                                      refer.FAR: ((), np.float32, 0.0)}
+        self.behaviour_fields = {**self.behaviour_fields, **self.rec.behaviour_fields}
         if replay.refer:  # Eq. 13's annealed learning rates
             self.actor_opt = refer.annealed_adam(c.actor_lr, replay.anneal)
             self.critic_opt = refer.annealed_adam(c.critic_lr, replay.anneal)
@@ -161,6 +166,8 @@ class SAC:
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c, r = self.config, self.replay
         params = state["params"]
+        if self.rec.enabled:  # obs and next_obs: views of each step's history
+            batch = self.rec.transition_views(batch)
         k_target, k_actor = jax.random.split(key)
         weights, critic_w, beta = 1.0, refer.per_weights(r, batch), 1.0
         extra_state, metrics, writeback = {}, {}, {}
@@ -210,14 +217,21 @@ class SAC:
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> Any:
-        return state["params"]["actor"]
+        """The policy's parameters (with a stored core state, also the critics' core, whose
+        state acting records too)."""
+        p = state["params"]
+        return {"actor": p["actor"], "critic_core": p["critic"]["core"]} if self.rec.stored \
+            else p["actor"]
 
     def policy(self, params, obs: jax.Array, key: jax.Array, explore: bool):
         """Samples a = tanh(u) while exploring, else tanh(m(s)); records (m, s, u) for
         ReF-ER."""
-        pi = self.stats(params, obs)
+        actor = params["actor"] if self.rec.stored else params
+        pi = self.stats(actor, obs)
         if explore:
             action, info = SQUASHED.sample(key, pi["mean"], pi["std"])
         else:
             action, info = SQUASHED.mode(pi), {**pi, "pre_tanh": pi["mean"]}
-        return action, (info if self.behaviour_fields else {})
+        info = info if self.replay.tracks_behaviour else {}
+        return action, self.rec.acting_info(
+            lambda: {"actor": actor["core"], "critic": params["critic_core"]}, obs, info)

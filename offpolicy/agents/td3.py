@@ -30,9 +30,10 @@ import optax
 
 from offpolicy.agents.acting import NoiseSpec
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
+from offpolicy.agents.recurrent import Recurrence
 from offpolicy.config import TD3Config
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.networks import MLP, CriticEnsemble, soft_update
+from offpolicy.networks import MLP, CoreConfig, CriticEnsemble, core_features, soft_update
 from offpolicy.replay import refer
 
 
@@ -43,11 +44,12 @@ class Actor(nn.Module):
     action_dim: int
     activation: str
     init_scheme: str
+    core: CoreConfig | None = None
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         return jnp.tanh(MLP(self.hidden, self.activation, out=self.action_dim,
-                            init_scheme=self.init_scheme)(obs))
+                            init_scheme=self.init_scheme)(core_features(self.core, obs)))
 
 
 def clipped_double_q_target(q_next: jax.Array, reward: jax.Array, discount: jax.Array,
@@ -68,8 +70,6 @@ class TD3:
     exploration, one jitted update whose actor and target step runs every ``policy_delay``
     calls (``lax.cond`` on the update counter in the state)."""
 
-    data = transitions()
-    behaviour_fields: dict = {}
     writeback_fields: dict = {}
 
     def __init__(self, config: TD3Config, obs_shape: tuple[int, ...], spec: ActionSpec,
@@ -77,8 +77,13 @@ class TD3:
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.replay = context.replay
         c = config
-        self.actor = Actor(tuple(c.hidden), spec.dim, c.activation, c.init)
-        self.critics = CriticEnsemble(2, tuple(c.hidden), c.activation, c.init)
+        self.rec = Recurrence(c, "transitions", ("actor", "critic"), c.init, "td3")
+        self.data, self.core = self.rec.data(transitions()), self.rec.spec
+        self.behaviour_fields = self.rec.behaviour_fields
+        self.actor = Actor(tuple(c.hidden), spec.dim, c.activation, c.init,
+                           self.rec.core("actor"))
+        self.critics = CriticEnsemble(2, tuple(c.hidden), c.activation, c.init,
+                                      self.rec.core("critic"))
         self.actor_opt = optax.adam(c.actor_lr)
         self.critic_opt = optax.adam(c.critic_lr)
         self.exploration_noise = NoiseSpec("gaussian", c.exploration_sigma)
@@ -122,6 +127,8 @@ class TD3:
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c = self.config
         params, target = state["params"], state["target"]
+        if self.rec.enabled:  # obs and next_obs: views of each step's history
+            batch = self.rec.transition_views(batch)
         y = self.target(target, batch, key)
         (c_loss, q), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
             params["critic"], batch, y, refer.per_weights(self.replay, batch))
@@ -149,8 +156,15 @@ class TD3:
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> Any:
-        return state["params"]["actor"]
+        """The actor's parameters (with a stored core state, also the critics' core, whose
+        state acting records too)."""
+        p = state["params"]
+        return {"actor": p["actor"], "critic_core": p["critic"]["core"]} if self.rec.stored \
+            else p["actor"]
 
     def policy(self, params, obs: jax.Array, key: jax.Array, explore: bool):
         """pi_phi(s); the exploration noise is added on the host."""
-        return self.pi(params, obs), {}
+        actor = params["actor"] if self.rec.stored else params
+        info = self.rec.acting_info(
+            lambda: {"actor": actor["core"], "critic": params["critic_core"]}, obs, {})
+        return self.pi(actor, obs), info

@@ -28,6 +28,11 @@ through pi's mean and std:
 After the update the step's new v_t, rho_t and V^tbc_t (Eq. 8 with the new values and the
 stored V^tbc_{t+1}) are written back. Adam, lr 1e-4 annealed by Eq. 13, batch 256, gamma 0.995,
 one update per env step.
+
+Recurrent core (``--vracer.core lstm``, ReF-ER Sec. 5.4: "LSTM networks (2 layers of 32 cells
+with back-propagation window of 16 steps)", ``--preset lstm``): the one network reads the
+core's features of the step's history (``agents/recurrent.py``); rho and V^tbc use the
+behaviour recorded while acting, as without a core.
 """
 
 from __future__ import annotations
@@ -41,10 +46,11 @@ import numpy as np
 import optax
 
 from offpolicy.agents.base import AgentContext, transitions
+from offpolicy.agents.recurrent import Recurrence
 from offpolicy.config import VRACERConfig
 from offpolicy.distributions import Gaussian
 from offpolicy.envs.spaces import ActionSpec
-from offpolicy.networks import MLP, Dense, softplus_init
+from offpolicy.networks import MLP, CoreConfig, Dense, core_features, softplus_init
 from offpolicy.replay import refer
 from offpolicy.replay.stored_returns import StoredReturn
 
@@ -59,10 +65,12 @@ class VRACERNetwork(nn.Module):
     activation: str
     init_scheme: str
     initial_std: float
+    core: CoreConfig | None = None
 
     @nn.compact
     def __call__(self, obs):
-        z = MLP(self.hidden, self.activation, init_scheme=self.init_scheme)(obs)
+        z = MLP(self.hidden, self.activation,
+                init_scheme=self.init_scheme)(core_features(self.core, obs))
         head = Dense(1 + self.action_dim, self.init_scheme, output=True)(z)
         raw_std = self.param("raw_std", softplus_init(self.initial_std), (self.action_dim,))
         return head[..., 0], head[..., 1:], jax.nn.softplus(raw_std)
@@ -78,12 +86,14 @@ class VRACER:
                  context: AgentContext | None = None):
         replay = (context or AgentContext(refer.REFER)).replay  # ReF-ER unless told
         self.config, self.obs_shape, self.spec, self.replay = config, obs_shape, spec, replay
+        self.rec = Recurrence(config, "transitions", ("net",), config.init, "vracer")
+        self.data, self.core = self.rec.data(transitions()), self.rec.spec
         self.net = VRACERNetwork(tuple(config.hidden), spec.dim, config.activation, config.init,
-                                 float(np.sqrt(config.initial_variance)))
+                                 float(np.sqrt(config.initial_variance)), self.rec.core("net"))
         m = spec.dim
         self.stored_return = StoredReturn(config.gamma)
         self.behaviour_fields = {"mean": ((m,), np.float32), "std": ((m,), np.float32),
-                                 "value": ((), np.float32)}
+                                 "value": ((), np.float32), **self.rec.behaviour_fields}
         nan = float("nan")
         self.writeback_fields = {refer.RHO: ((), np.float32, 1.0),
                                  refer.FAR: ((), np.float32, 0.0),
@@ -117,6 +127,8 @@ class VRACER:
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c, r = self.config, self.replay
         params = state["params"]
+        if self.rec.enabled:  # obs and next_obs: views of each step's history
+            batch = self.rec.transition_views(batch)
         # the pre-update network: rho, v and the refreshed target (Algorithm 3)
         value, mean, std = self.net.apply({"params": params}, batch["obs"])
         next_value, _, _ = self.net.apply({"params": params}, batch["next_obs"])
@@ -152,7 +164,10 @@ class VRACER:
 
     def state_value(self, params: dict, obs: jax.Array) -> jax.Array:
         """V(s) [B]: bootstraps the stored targets of a truncated episode from the state it
-        was cut at (Eq. 8 after the last step)."""
+        was cut at (Eq. 8 after the last step). With a core, ``obs`` is the context of each
+        episode's last step (a batch's context keys), and s is that step's next observation."""
+        if self.rec.enabled:
+            obs = self.rec.transition_views(obs)["next_obs"]
         return self.net.apply({"params": params}, obs)[0]
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
@@ -162,4 +177,5 @@ class VRACER:
             action, info = GAUSSIAN.sample(key, mean, std)
         else:
             action, info = mean, GAUSSIAN.info(mean, std)
-        return action, {**info, "value": value}
+        return action, self.rec.acting_info(lambda: {"net": params["core"]}, obs,
+                                            {**info, "value": value})

@@ -595,22 +595,50 @@ class ReplayBuffer:
                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The windows of ``length`` steps that start at step indices ``start`` [B] (slots
         drawn by priority, say), in the layout of :meth:`sample_sequences`."""
-        batch_size = start.shape[0]
+        steps, ok = self._window_steps(start, length)
+        out = self._gather_steps(steps, ok)
+        out["obs"] = self.observations(self._window_obs_slots(steps))
+        return steps, out
+
+    def _window_steps(self, start: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """The step index of each window position [T, B] (padded positions repeat the last
+        in-episode step, so that indexing stays in bounds) and whether it is in the episode
+        the window started in."""
         steps = self._offset(start[None, :], np.arange(length)[:, None])  # [T, B]
         done = self.terminated[steps] | self.truncated[steps]
         ok = self.valid[steps].copy()
         ok[1:] &= ~done[:-1]  # step t continues the episode only if step t-1 did not end it
         ok = np.logical_and.accumulate(ok, axis=0)
-        # padded steps repeat the last in-episode step so that indexing stays in bounds
         last = np.maximum(ok.sum(0) - 1, 0)
         t_eff = np.minimum(np.arange(length)[:, None], last[None, :])
-        steps = self._offset(start[None, :], t_eff)
-        out = self._gather_steps(steps, ok)
-        obs_slots = np.empty((length + 1, batch_size), np.int64)
-        obs_slots[0] = steps[0]
-        obs_slots[1:] = self._next(steps.copy())
-        out["obs"] = self.observations(obs_slots)
-        return steps, out
+        return self._offset(start[None, :], t_eff), ok
+
+    def _window_obs_slots(self, steps: np.ndarray) -> np.ndarray:
+        """The observation slots [T+1, B] of window steps [T, B]: each step's own, then the
+        last one's next observation."""
+        slots = np.empty((steps.shape[0] + 1, steps.shape[1]), np.int64)
+        slots[0] = steps[0]
+        slots[1:] = self._next(steps.copy())
+        return slots
+
+    def contexts(self, anchor: np.ndarray, back: int, steps: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """What a recurrent core reads before and along sampled steps ``anchor`` [B] (a
+        transition, or a window's first step): ``(start[B], offset[B], obs)``. ``offset`` is
+        how many steps of the anchor's episode precede it in replay, at most ``back`` (fewer
+        at the episode's start, or where older steps left the buffer); ``start`` is the step
+        that many before the anchor; ``obs`` [back + steps + 1, B, ...] are the observations
+        from ``start`` on (position ``offset`` is the anchor's), padded past the episode's
+        end as :meth:`windows` pads. A context never reaches into another episode."""
+        anchor = np.asarray(anchor, np.int64)
+        offset = np.zeros(anchor.shape, np.int64)
+        if back > 0:
+            before = self._offset(anchor[None, :], -np.arange(1, back + 1)[:, None])  # [back, B]
+            same = self.valid[before] & ~(self.terminated[before] | self.truncated[before])
+            offset = np.logical_and.accumulate(same, axis=0).sum(0)
+        start = self._offset(anchor, -offset)
+        window, _ = self._window_steps(start, back + steps)
+        return start, offset, self.observations(self._window_obs_slots(window))
 
     def _gather_steps(self, steps: np.ndarray, ok: np.ndarray) -> dict[str, np.ndarray]:
         term = self.terminated[steps]

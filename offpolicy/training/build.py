@@ -20,7 +20,7 @@ import numpy as np
 
 from offpolicy import registry
 from offpolicy.agents.acting import HostPolicy
-from offpolicy.agents.base import AgentContext, Contract, check_agent, discount
+from offpolicy.agents.base import AgentContext, Contract, check_agent, contract, discount
 from offpolicy.envs.make import (
     action_spec,
     frame_stack,
@@ -38,6 +38,7 @@ from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.training.collector import ChunkSink, Collector, Sink
 from offpolicy.training.learner import ActingState, Learner
+from offpolicy.training.local_replay import LocalReplay, TeeSink
 
 REPORT_REPLAY_BYTES = 2**30  # a replay that can grow past this says how big, at the start
 
@@ -62,7 +63,7 @@ class Parts:
                          sink if sink is not None else self.learner.sink(), self.policy,
                          self.learner.acting_state(), self.agent.exploration_noise,
                          self.agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
-                         tc.clip_reward)
+                         tc.clip_reward, self.contract.core)
 
 
 def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
@@ -84,12 +85,14 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     agent = build_agent(run, obs_shape, spec)
     contract = check_agent(agent)
     k = tc.num_envs * max(tc.num_collectors, 1)  # replay rings: every env copy has its own
-    _check_distributed(run)
+    _check_distributed(run, agent, contract)
     _check_cadence(run, contract, agent)
     if contract.stored_return is not None:
         _check_stored_returns(run, episode_steps)
+    # with --collector-replay the collectors keep the replays; the learner needs none
+    central = with_replay and not tc.collector_replay
     replay = ReplayBuffer(
-        tc.buffer_size if with_replay else 2 * k, obs_shape, spec.flat_dim,
+        tc.buffer_size if central else 2 * k, obs_shape, spec.flat_dim,
         dict(agent.behaviour_fields) | dict(agent.writeback_fields), obs_dtype=obs_dtype,
         seed=tc.seed + 2, num_streams=k,
         counted=(FAR,) if FAR in agent.writeback_fields else (),
@@ -97,7 +100,7 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
         frame_stack=frames,
         prioritized=(PERSettings(tc.per_alpha, tc.per_beta0, int(tc.steps * tc.updates_per_step),
                                  tc.seed + 8) if tc.replay == "per" else None))
-    if with_replay and replay.full_bytes >= REPORT_REPLAY_BYTES:
+    if central and replay.full_bytes >= REPORT_REPLAY_BYTES:
         print(f"offpolicy: replay of {replay.capacity} steps takes up to "
               f"{replay.full_bytes / 2**30:.1f} GiB when full ({replay.bytes_per_step} bytes "
               f"per step" + (f"; {frames} stacked frames stored once each" if frames else "")
@@ -139,9 +142,11 @@ def collector_seed(seed: int, index: int, incarnation: int) -> int:
     return seed + 7_919 * (index + 1) + 104_729 * incarnation
 
 
-def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0) -> Collector:
+def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0
+                    ) -> tuple[Collector, LocalReplay | None]:
     """Remote collector ``index``'s parts (in its own process): its env copies, the agent's
-    policy on the host CPU and the noise, writing into a :class:`ChunkSink`. It acts for env
+    policy on the host CPU and the noise, writing into a :class:`ChunkSink`, and with
+    ``--collector-replay`` also into its own replay (returned beside it). It acts for env
     copies ``index * num_envs`` onwards of all collectors'."""
     configure_jax()
     tc = run.train
@@ -153,13 +158,23 @@ def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0) -
     agent = build_agent(run, obs_shape, spec, index * k, tc.num_collectors * k)
     seed = collector_seed(tc.seed, index, incarnation)
     normalizer = ObsNormalizer(() if image else obs_shape, False)  # the learner sends its own
-    return Collector(tc.env, k, seed, spec, ChunkSink(), HostPolicy(agent.policy, seed + 6),
-                     ActingState(-1, None, normalizer), agent.exploration_noise,
-                     agent.behaviour_fields, tc.warmup_steps, tc.async_envs, tc.clip_reward)
+    sink, local = ChunkSink(), None
+    if tc.collector_replay:
+        local = LocalReplay(tc.collector_buffer_size, obs_shape, spec.flat_dim,
+                            dict(agent.behaviour_fields), k, agent.data,
+                            tc.collector_replay_unrolls, seed + 2)
+        sink = TeeSink(sink, local.replay)
+    collector = Collector(tc.env, k, seed, spec, sink, HostPolicy(agent.policy, seed + 6),
+                          ActingState(-1, None, normalizer), agent.exploration_noise,
+                          agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
+                          tc.clip_reward, contract(agent).core)
+    return collector, local
 
 
-def _check_distributed(run: registry.RunConfig) -> None:
+def _check_distributed(run: registry.RunConfig, agent, contract: Contract) -> None:
     tc = run.train
+    if tc.collector_replay:
+        _check_collector_replay(run, agent, contract)
     if not tc.num_collectors:
         return
     if importlib.util.find_spec("ray") is None:
@@ -171,6 +186,24 @@ def _check_distributed(run: registry.RunConfig) -> None:
     if tc.segment_length and registry.chunk_steps(tc) != tc.segment_length:
         raise OffpolicyError(f"--collect-steps {tc.collect_steps} must equal --segment-length "
                              f"{tc.segment_length}: a collector's chunk is one segment")
+
+
+def _check_collector_replay(run: registry.RunConfig, agent, contract: Contract) -> None:
+    """Collectors' own replays (AQL's Algorithm 2) send unrolls that the learner learns from
+    as they come: agents that learn from sequences and write nothing back to replay."""
+    tc, data = run.train, agent.data
+    if not tc.num_collectors:
+        raise OffpolicyError("--collector-replay keeps a replay in every remote collector: "
+                             "give --num-collectors K")
+    if data.kind != "sequences" or agent.writeback_fields or contract.stored_return \
+            or tc.segment_length or tc.replay != "er":
+        raise OffpolicyError(f"--collector-replay sends unrolls that the learner learns from "
+                             f"once, with nothing written back: {run.algo} does not learn "
+                             "that way (aql, uniform-q, qt-opt and exact-q do)")
+    if registry.chunk_steps(tc) != data.length:
+        raise OffpolicyError(f"--collector-replay: a collector's chunk is one unroll: "
+                             f"--collect-steps must equal the unroll length {data.length}, "
+                             f"got {registry.chunk_steps(tc)}")
 
 
 def _check_cadence(run: registry.RunConfig, contract: Contract, agent) -> None:

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from offpolicy.agents.acting import HostNoise, HostPolicy, NoiseSpec
+from offpolicy.agents.acting import HostMemory, HostNoise, HostPolicy, NoiseSpec
+from offpolicy.agents.base import NEXT_CORE_STATE, CoreSpec
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.envs.vector import EnvCopies
 from offpolicy.errors import NonFiniteError
@@ -94,8 +95,11 @@ def apply_chunk(chunk: dict[str, Any], sink: Sink) -> None:
 class Collector:
     def __init__(self, env_id: str, num_envs: int, seed: int, spec: ActionSpec, sink: Sink,
                  policy: HostPolicy, acting, noise: NoiseSpec | None, behaviour_fields: dict,
-                 warmup_steps: int = 0, asynchronous: bool = False, clip_reward: float = 0.0):
-        """``acting``: the learner's ``ActingState`` to start with (:meth:`set_acting`)."""
+                 warmup_steps: int = 0, asynchronous: bool = False, clip_reward: float = 0.0,
+                 core: CoreSpec | None = None):
+        """``acting``: the learner's ``ActingState`` to start with (:meth:`set_acting`);
+        ``core``: the agent's recurrent core, whose memory of each episode the collector
+        keeps (:class:`~offpolicy.agents.acting.HostMemory`)."""
         self.env_id, self.num_envs, self.seed, self.spec = env_id, num_envs, seed, spec
         self.sink, self.policy = sink, policy
         self.envs = EnvCopies(env_id, num_envs, seed, spec, asynchronous)
@@ -114,6 +118,9 @@ class Collector:
         self.resets = 0  # starts (a resumed run starts its env copies afresh)
         self.obs: np.ndarray | None = None  # raw observations to act on, [K, ...]
         self.obs_n: np.ndarray | None = None  # the same, normalised
+        self.memory = HostMemory(core, num_envs) if core is not None else None
+        # what the policy acts on: obs_n, or a recurrent core's context built from it
+        self.policy_input: Any = None
         self.ep_return = np.zeros(num_envs, np.float64)
         self.finished: list[float] = []  # returns of episodes finished since the last take
         self.set_acting(acting)
@@ -132,6 +139,8 @@ class Collector:
             self.sink.start_episode(obs[i], i)
         if self.noise is not None:
             self.noise.reset()
+        if self.memory is not None:
+            self.memory.reset()
         self.ep_return[:] = 0.0
         self._set_obs(obs)
 
@@ -143,20 +152,32 @@ class Collector:
         self.obs = obs
         norm = self.acting.normalizer
         self.obs_n = norm(obs) if norm.enabled else obs
+        self.policy_input = self.obs_n if self.memory is None else self.memory.observe(self.obs_n)
 
     # ------------------------------------------------------------------ acting
     def act(self, step: int, greedy: tuple | None = None) -> tuple[np.ndarray, dict]:
         """The exploring actions [K, m] and their behaviour info at training ``step``: uniform
         during warm-up (deterministic policies), else ``greedy`` (an update's fused action)
-        or the policy's on the current parameters, plus the host noise."""
+        or the policy's on the current parameters, plus the host noise. A recurrent core's
+        memory moves on with every step, warm-up included."""
         if step < self.uniform_warmup_steps:
-            return self.random_actions()
-        if greedy is not None:
-            return self.explore(greedy[0]), greedy[1]
+            action, info = self.random_actions()
+            if self.memory is not None and self.memory.spec.stored:
+                info = {**info, NEXT_CORE_STATE: self._policy_act()[1][NEXT_CORE_STATE]}
+        elif greedy is not None:
+            action, info = self.explore(greedy[0]), greedy[1]
+        else:
+            action, info = self._policy_act()
+            action = self.explore(action)
+        if self.memory is None:
+            return action, info
+        recorded = self.memory.recorded()  # the state before this step
+        return action, self.memory.advance(info) | recorded
+
+    def _policy_act(self) -> tuple[np.ndarray, dict]:
         if self._host_params is None:
             self._host_params = self.policy.host_params(self.acting.params)
-        action, info = self.policy.act(self._host_params, self.obs_n, True)
-        return self.explore(action), info
+        return self.policy.act(self._host_params, self.policy_input, True)
 
     def random_actions(self) -> tuple[np.ndarray, dict]:
         """Uniformly random agent-space actions [K, m] (warm-up)."""
@@ -196,6 +217,8 @@ class Collector:
                 self.sink.start_episode(obs[i], int(i))
                 if self.noise is not None:
                     self.noise.reset(int(i))
+                if self.memory is not None:
+                    self.memory.reset(int(i))
         self._set_obs(obs)
 
     def mean_finished(self) -> float:
@@ -220,7 +243,8 @@ class Collector:
         self.rng.bit_generator.state = d["rng"]
         if self.noise is not None and "noise" in d:
             self.noise.load_state_dict(d["noise"])
-        self.obs = self.obs_n = None  # the episodes in progress restart from a fresh reset
+        # the episodes in progress restart from a fresh reset (and a core's memory with them)
+        self.obs = self.obs_n = self.policy_input = None
 
     def close(self) -> None:
         self.envs.close()

@@ -51,6 +51,7 @@ from offpolicy.errors import OffpolicyError
 from offpolicy.training.build import build_collector
 from offpolicy.training.collector import apply_chunk
 from offpolicy.training.learner import ActingState
+from offpolicy.training.local_replay import WINDOW_PREFIX, StatisticsSink, TeeSink, UnrollQueue
 
 COLUMNS = ["replay_ratio", "param_lag", "collector_restarts"]
 
@@ -72,8 +73,10 @@ class CollectorProcess:
 
     def __init__(self, run_dict: dict, index: int, incarnation: int = 0):
         self.index = index
-        self.collector = build_collector(registry.RunConfig.from_dict(run_dict), index,
-                                         incarnation)
+        self.collector, self.local = build_collector(registry.RunConfig.from_dict(run_dict),
+                                                     index, incarnation)
+        sink = self.collector.sink
+        self.chunks = sink.sinks[0] if isinstance(sink, TeeSink) else sink
 
     def collect(self, steps: int, payload: tuple, global_step: int) -> dict[str, Any]:
         """``steps`` steps of every env copy with the acting ``payload`` (version, host
@@ -87,7 +90,9 @@ class CollectorProcess:
         for i in range(steps):
             step = global_step + i * c.num_envs
             c.step(*c.act(step), step)
-        chunk = c.sink.take()
+        chunk = self.chunks.take()
+        if self.local is not None:  # the fresh unrolls and R sampled ones (Algorithm 2)
+            chunk |= {WINDOW_PREFIX + k: v for k, v in self.local.unroll_batch().items()}
         chunk["returns"], c.finished = np.asarray(c.finished, np.float64), []
         chunk["collector"], chunk["version"] = np.int64(self.index), np.int64(version)
         return chunk
@@ -332,6 +337,7 @@ def distributed(run, total: int) -> None:
     rings = [np.arange(i * k, (i + 1) * k) for i in range(tc.num_collectors)]
     payload, published = pool.publish(learner.acting_payload()), learner.updates
     asked: set[int] = set()
+    queue = UnrollQueue(tc.batch_size) if tc.collector_replay else None
 
     def ask(i: int) -> None:
         if step + (len(asked) + 1) * size <= total and not run.stopping:
@@ -348,12 +354,17 @@ def distributed(run, total: int) -> None:
                 _restart(run, pool, i, rings[i], chunk, stats)
                 ask(i)
                 continue
-            apply_chunk(chunk, learner.sink(rings[i]))
+            if queue is None:
+                apply_chunk(chunk, learner.sink(rings[i]))
+            else:  # no central replay: the statistics, and the unrolls into the queue
+                apply_chunk(chunk, StatisticsSink(learner, rings[i]))
+                queue.put({k[len(WINDOW_PREFIX):]: v for k, v in chunk.items()
+                           if k.startswith(WINDOW_PREFIX)})
             step += size
             stats.received(chunk, size, learner.updates)
             ask(i)  # it collects the next chunk while the learner learns from this one
             before = learner.updates
-            _learn(run, step, size, rings[i])
+            _learn(run, step, size, rings[i], queue)
             stats.updated(learner.updates - before)
             if learner.updates - published >= tc.sync_every:
                 payload, published = pool.publish(learner.acting_payload()), learner.updates
@@ -364,9 +375,14 @@ def distributed(run, total: int) -> None:
         pool.close()
 
 
-def _learn(run, step: int, size: int, rings: np.ndarray) -> None:
-    """The updates one chunk owes, by the run's cadence."""
+def _learn(run, step: int, size: int, rings: np.ndarray, queue: UnrollQueue | None) -> None:
+    """The updates one chunk owes, by the run's cadence; with collectors' own replays, one
+    per batch of unrolls queued."""
     tc, learner, schedule = run.train_cfg, run.learner, run.schedule
+    if queue is not None:
+        while (batch := queue.take()) is not None:
+            learner.update(None, learner.normalize(batch))
+        return
     if not run.can_learn(step):
         return
     if tc.segment_length:

@@ -14,7 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from offpolicy.agents.acting import HostPolicy
+from offpolicy.agents.acting import HostMemory, HostPolicy
+from offpolicy.agents.base import CoreSpec
 from offpolicy.envs.make import make_env, observation_dtype
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import NonFiniteError, env_error
@@ -24,34 +25,42 @@ EVAL_SEED_OFFSET = 10_000  # evaluation env i starts from reset(seed=run seed + 
 
 
 def greedy_actions(policy: HostPolicy, params: Any, replacement: Callable | None = None
-                   ) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [n, ...] -> the deterministic actions of ``policy`` with ``params``, or of
-    ``replacement`` (a policy of the same signature: one actor of an ensemble)."""
+                   ) -> Callable[[Any], tuple[np.ndarray, dict]]:
+    """obs [n, ...] (or a recurrent core's context) -> the deterministic actions of
+    ``policy`` with ``params`` and their info, or of ``replacement`` (a policy of the same
+    signature: one actor of an ensemble)."""
     if replacement is None:
-        return lambda obs: policy.act(params, obs, False)[0]
+        return lambda obs: policy.act(params, obs, False)
     jitted = jax.jit(replacement, static_argnums=3)
     key = jax.random.PRNGKey(0)
-    return lambda obs: np.asarray(jitted(params, obs, key, False)[0])
+    return lambda obs: jax.device_get(jitted(params, obs, key, False))
 
 
 class Evaluator:
-    def __init__(self, env_id: str, episodes: int, eval_seed: int, spec: ActionSpec):
+    def __init__(self, env_id: str, episodes: int, eval_seed: int, spec: ActionSpec,
+                 core: CoreSpec | None = None):
+        """``core``: the agent's recurrent core; its memory of each evaluation episode is kept
+        as in training (:class:`~offpolicy.agents.acting.HostMemory`)."""
         self.env_id = env_id
+        self.core = core
+        self._memory: HostMemory | None = None
         self.episodes = episodes
         self.eval_seed = eval_seed
         self.spec = spec
         self.envs = [make_env(env_id, eval_seed + i) for i in range(min(episodes, MAX_PARALLEL))]
         self.obs_dtype = observation_dtype(self.envs[0])  # as in training: uint8 frames stay
 
-    def run(self, act_batch: Callable[[np.ndarray], np.ndarray],
+    def run(self, act_batch: Callable[[Any], tuple[np.ndarray, dict]],
             normalize: Callable[[np.ndarray], np.ndarray] = lambda x: x) -> np.ndarray:
         """Return the undiscounted return of each of ``episodes`` deterministic episodes.
 
-        ``act_batch`` maps observations [n, ...] to agent actions [n, m]; it always receives a
-        full batch of n = len(self.envs) rows (finished slots repeat their last observation),
-        so the jitted policy compiles once.
+        ``act_batch`` maps observations [n, ...] (a recurrent core's context, with ``core``)
+        to agent actions [n, m] and their info; it always receives a full batch of n =
+        len(self.envs) rows (finished slots repeat their last observation), so the jitted
+        policy compiles once.
         """
         n = len(self.envs)
+        self._memory = HostMemory(self.core, n) if self.core is not None else None
         returns = np.zeros(self.episodes)
         next_episode = 0
         episode_of = [-1] * n
@@ -59,7 +68,12 @@ class Evaluator:
         for j in range(n):
             next_episode = self._start(j, next_episode, episode_of, obs)
         while any(e >= 0 for e in episode_of):
-            actions = act_batch(normalize(np.stack(obs).astype(self.obs_dtype)))
+            inputs = normalize(np.stack(obs).astype(self.obs_dtype))
+            if self._memory is not None:
+                inputs = self._memory.observe(inputs)
+            actions, info = act_batch(inputs)
+            if self._memory is not None:
+                self._memory.advance(info)
             for j, env in enumerate(self.envs):
                 e = episode_of[j]
                 if e < 0:
@@ -81,6 +95,8 @@ class Evaluator:
         if next_episode >= self.episodes:
             episode_of[j] = -1
             return next_episode
+        if self._memory is not None:
+            self._memory.reset(j)
         try:
             obs[j], _ = self.envs[j].reset(seed=self.eval_seed + next_episode)
         except Exception as exc:

@@ -30,14 +30,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy.agents.acting import key_to_list
-from offpolicy.agents.base import Agent, Contract
+from offpolicy.agents.base import (
+    CONTEXT_OBS,
+    CONTEXT_POSITION,
+    CONTEXT_STATE,
+    CORE_STATE,
+    Agent,
+    Contract,
+)
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import NonFiniteError
 from offpolicy.replay import stored_returns
 from offpolicy.replay.refer import FAR, FAR_FRACTION, PRIORITY, WEIGHT
 from offpolicy.replay.storage import ReplayBuffer
 
-OBS_KEYS = ("obs", "next_obs")
+OBS_KEYS = ("obs", "next_obs", CONTEXT_OBS)
 RESCALE_EVERY = 1000  # updates between reward-scale recomputations (ReF-ER App. B)
 FINAL_VALUE_CHUNK = 8  # truncated episodes whose V(s_T) one jitted call evaluates
 
@@ -54,6 +61,20 @@ class ActingState:
     version: int
     params: Any
     normalizer: ObsNormalizer
+
+
+def add_context(replay: ReplayBuffer, data, anchor: np.ndarray, batch: dict) -> dict:
+    """A recurrent core's context of the steps ``anchor`` [B] (transitions, or windows' first
+    steps) of ``replay`` into ``batch``, in place of its observations
+    (:meth:`~offpolicy.agents.base.DataSpec.with_context`)."""
+    span = 1 if data.kind == "transitions" else data.length
+    start, offset, obs = replay.contexts(anchor, data.context, span)
+    batch[CONTEXT_OBS], batch[CONTEXT_POSITION] = obs, offset.astype(np.int32)
+    if data.context_state:
+        batch[CONTEXT_STATE] = replay.extras[CORE_STATE][start]
+    for k in ("obs", "next_obs", CORE_STATE):
+        batch.pop(k, None)
+    return batch
 
 
 class LearnerSink:
@@ -169,13 +190,20 @@ class Learner:
 
     def _augment(self, idx: np.ndarray, batch: dict) -> dict:
         """Add the memory-wide inputs some agents take: the far-policy fraction n_far / N
-        (ReF-ER Eq. 12) and the stored target of each step's successor (V-RACER)."""
+        (ReF-ER Eq. 12), the stored target of each step's successor (V-RACER) and a
+        recurrent core's context (which replaces the observations: it holds them)."""
+        d = self.data
+        if d.context or d.context_state:
+            self._augment_context(idx if d.kind == "transitions" else idx[0], batch)
         if self.far_fraction:
             batch[FAR_FRACTION] = np.float32(self.replay.count(FAR) / max(len(self.replay), 1))
         if self.stored is not None:
             batch[self.stored.next_target] = stored_returns.next_targets(self.replay,
                                                                          self.stored, idx)
         return batch
+
+    def _augment_context(self, anchor: np.ndarray, batch: dict) -> dict:
+        return add_context(self.replay, self.data, anchor, batch)
 
     # ------------------------------------------------------------------ data in, acting out
     def sink(self, streams: np.ndarray | None = None) -> LearnerSink:
@@ -268,24 +296,33 @@ class Learner:
 
     def _final_values(self, last: np.ndarray) -> np.ndarray:
         """V(s_T) with the current network for the episodes whose last transitions are
-        ``last`` (0 where one terminated), in chunks of a fixed size: compiled once."""
+        ``last`` (0 where one terminated), in chunks of a fixed size: compiled once. A
+        recurrent agent gets the context of each last transition (its ``next_obs`` view is
+        s_T with the episode's memory) in place of the observations."""
         out = np.zeros(len(last))
         cut = np.flatnonzero(~self.replay.terminated[last])
         n = FINAL_VALUE_CHUNK
         for i in range(0, len(cut), n):
             rows = cut[i:i + n]
-            obs = self.replay.next_observations(last[rows])
-            pad = np.zeros((n - len(rows), *obs.shape[1:]), obs.dtype)
-            obs = self.obs_norm(np.concatenate([obs, pad]) if len(pad) else obs)
+            slots = np.concatenate([last[rows], np.repeat(last[rows[-1:]], n - len(rows))])
+            if self.data.context or self.data.context_state:
+                obs = self.normalize_observations(self._augment_context(slots, {}))
+            else:
+                obs = self.obs_norm(self.replay.next_observations(slots))
             values = self._state_value(self.agent.acting_params(self.state), obs)
             out[rows] = np.asarray(values, np.float64)[:len(rows)]
         return out
 
-    def normalize(self, batch: dict) -> dict:
-        if self.normalizing:
+    def normalize_observations(self, batch: dict) -> dict:
+        if self.obs_norm.enabled:
             for k in OBS_KEYS:
                 if k in batch:
                     batch[k] = self.obs_norm(batch[k])
+        return batch
+
+    def normalize(self, batch: dict) -> dict:
+        if self.normalizing:
+            self.normalize_observations(batch)
             batch["reward"] = self.reward_scale(batch["reward"])
         return batch
 

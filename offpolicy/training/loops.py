@@ -36,7 +36,7 @@ def per_step(run, total: int) -> None:
                 if n:
                     for _ in range(n - 1):
                         learner.update()
-                    greedy = learner.update_and_act(collector.obs_n)
+                    greedy = learner.update_and_act(collector.policy_input)
                     collector.set_acting(learner.acting_state())
             if (schedule.event_due(step) or run.stopping) and run.periodic(step):
                 return

@@ -154,7 +154,8 @@ class Run:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise OffpolicyError(f"episodes must be a positive integer, got {n!r}")
         if self._evaluator is None or self._evaluator.episodes != n:
-            self._evaluator = Evaluator(tc.env, int(n), tc.seed + EVAL_SEED_OFFSET, self.spec)
+            self._evaluator = Evaluator(tc.env, int(n), tc.seed + EVAL_SEED_OFFSET, self.spec,
+                                        self.contract.core)
         params = self.policy.host_params(self.learner.acting_params())
         return self._evaluator.run(greedy_actions(self.policy, params, policy), self.obs_norm)
 

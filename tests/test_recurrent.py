@@ -1,0 +1,261 @@
+"""Recurrent cores with sequence replay (issue 39 item 2), the tests the issue asks for, which
+follow the bugs users hit elsewhere (Acme #259, Tianshou #486/#584/#937, TorchRL's
+slice-start flag):
+
+* the state stored at step t is the state *before* observation t is processed;
+* with parameters held fixed, the learner's unroll of a window (``stored``, and ``zero`` over
+  the previous steps) reproduces the acting-time outputs of the same steps exactly, across
+  episode starts inside the acting memory (terminated and truncated episodes alike);
+* every sampled window starts where it says, no state leaks across windows batched
+  together, steps inside a window stay in order;
+* evaluation acts with the same state handling as training;
+* recurrent updates compile once; --num-envs, --resume and remote collectors work.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import toy_envs  # noqa: F401  (registers the toy envs)
+from _helpers import assert_one_line_error, run_cli
+
+from offpolicy import registry
+from offpolicy.agents.acting import HostMemory
+from offpolicy.agents.base import CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE, CORE_STATE
+from offpolicy.networks import Context
+from offpolicy.training.build import build
+from offpolicy.training.distributed import LocalPool
+from offpolicy.training.evaluation import EVAL_SEED_OFFSET
+from offpolicy.training.run import Run
+
+ENVS = ("toy_envs:ToyTerminate-v0", "toy_envs:ToyTruncate-v0")  # 10-step episodes
+SMALL = {"vracer": {"hidden": (16,)}, "ddpg": {"hidden": (16, 16)},
+         "aql": {"hidden": (16,), "proposal_hidden": (16,), "proposal_samples": 4,
+                 "uniform_samples": 4, "unroll_length": 5}}
+
+
+def _config(algo, start, env=ENVS[0], cells=6, kind="lstm", num_envs=2, **train):
+    agent = SMALL[algo] | {"core": kind, "core_layers": 2, "core_cells": cells,
+                           "core_start": start, "core_window": 4,
+                           "core_burn_in": 3 if start == "stored" else 0}
+    train = {"env": env, "num_envs": num_envs, "batch_size": 8, "buffer_size": 4000,
+             "eval_episodes": 2, "quiet": True, "replay_statistics": False,
+             "steps": 200, "eval_every": 200} | train
+    if algo == "ddpg":
+        train.setdefault("replay_diagnostics", True)  # the acting mean is stored per step
+    return registry.resolve(algo, train_overrides=train, agent_overrides=agent)
+
+
+def _collect(parts, steps):
+    """Act with the initial parameters for ``steps`` steps of each env copy (no update)."""
+    c = parts.collector()
+    c.begin()
+    for i in range(steps):
+        c.step(*c.act(i * c.num_envs), i * c.num_envs)
+    return c
+
+
+def _episodes(replay):
+    """Each stored episode as its slots in order (first step first), per ring."""
+    out = []
+    for s in range(replay.num_streams):
+        starts = list(replay._starts[s])
+        for first in starts:
+            slots, t = [], first
+            while replay.valid[t]:
+                slots.append(t)
+                if replay.terminated[t] or replay.truncated[t]:
+                    break
+                t = replay._offset(np.array(t), 1).item()
+            if slots:  # the episode in progress may have no transition yet
+                out.append(slots)
+    return out
+
+
+def _carry_after(core_cfg, params, obs_seq):
+    """One core's state after unrolling ``obs_seq`` [n, d] from zero (zeros for n = 0)."""
+    module = core_cfg.module(None)
+    if len(obs_seq) == 0:
+        return np.zeros(module.state_size)
+    n = len(obs_seq)
+    ctx = Context(jnp.asarray(obs_seq, jnp.float32)[:, None], jnp.zeros((n, 1), bool),
+                  jnp.zeros((1, core_cfg.offset + module.state_size)), jnp.zeros(1, jnp.int32),
+                  jnp.zeros(1, jnp.int32))
+    return np.asarray(module.apply({"params": params}, ctx, final=True))[0]
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_stored_state_is_the_state_before_the_observation(env):
+    parts = build(_config("ddpg", "stored", env))
+    _collect(parts, 35)
+    agent, replay = parts.agent, parts.replay
+    params = parts.learner.acting_params()
+    episodes = _episodes(replay)
+    assert len(episodes) >= 6
+    for slots in episodes:
+        obs = replay.observations(np.array(slots))
+        stored = replay.extras[CORE_STATE][slots]
+        for t in range(len(slots)):
+            want = np.concatenate([
+                _carry_after(agent.rec.core(name), params[name]["core"], obs[:t])
+                for name in agent.rec.names])
+            np.testing.assert_allclose(stored[t], want, atol=1e-5)
+        np.testing.assert_array_equal(stored[0], 0.0)  # every episode starts from zero
+
+
+@pytest.mark.parametrize("start", ["zero", "stored"])
+@pytest.mark.parametrize("env", ENVS)
+def test_the_learners_unroll_reproduces_acting_outputs(start, env):
+    """V-RACER records V(s_t) and the policy mean when acting: the learner's view of each
+    sampled step's history gives the same numbers, also right after episode starts."""
+    parts = build(_config("vracer", start, env))
+    _collect(parts, 40)
+    agent, learner = parts.agent, parts.learner
+    params = learner.state["params"]
+    near_start = 0
+    for _ in range(4):
+        idx, batch = learner.sample()
+        views = agent.rec.transition_views(jax.tree_util.tree_map(jnp.asarray, batch))
+        value, mean, _ = agent.net.apply({"params": params}, views["obs"])
+        np.testing.assert_allclose(np.asarray(value), batch["value"], atol=2e-5)
+        np.testing.assert_allclose(np.asarray(mean), batch["mean"], atol=2e-5)
+        near_start += int((batch[CONTEXT_POSITION] < 3).sum())
+    assert near_start > 0  # windows cut at an episode start were among them
+
+
+@pytest.mark.parametrize("start", ["zero", "stored"])
+def test_sequence_windows_reproduce_the_acting_embedding(start):
+    """AQL's unrolls: the learner's embedding of every step of a sampled window equals the
+    one acting computed (replayed here through the same acting memory, episode by
+    episode)."""
+    parts = build(_config("aql", start, ENVS[1]))
+    _collect(parts, 40)
+    agent, learner, replay = parts.agent, parts.learner, parts.replay
+    core = learner.state["params"]["core"]
+    acting = {}  # slot -> the embedding acting computed there
+    for slots in _episodes(replay):
+        memory = HostMemory(agent.core, 1)
+        obs = replay.observations(np.array(slots))
+        for t, slot in enumerate(slots):
+            ctx = memory.observe(obs[t][None])
+            acting[slot] = np.asarray(agent.embed(core, ctx))[0]
+            memory.advance(jax.device_get(agent.policy(learner.acting_params(), ctx,
+                                                       jax.random.PRNGKey(0), False)[1]))
+    idx, batch = learner.sample()
+    view = agent.rec.sequence_view(jax.tree_util.tree_map(jnp.asarray, batch))
+    h = np.asarray(agent.embed(core, view["obs"]))  # [T+1, B, cells]
+    checked = 0
+    for t in range(idx.shape[0]):
+        for b in range(idx.shape[1]):
+            if batch["mask"][t, b] > 0 and idx[t, b] in acting:
+                np.testing.assert_allclose(h[t, b], acting[idx[t, b]], atol=2e-5)
+                checked += 1
+    assert checked >= idx.size // 2
+
+
+def test_windows_are_ordered_start_where_marked_and_do_not_leak():
+    parts = build(_config("vracer", "stored", ENVS[0], batch_size=8))
+    _collect(parts, 40)
+    agent, learner, replay = parts.agent, parts.learner, parts.replay
+    idx, batch = learner.sample()
+    p = batch[CONTEXT_POSITION]
+    for b in range(len(idx)):
+        start = replay._offset(np.array(idx[b]), -int(p[b])).item()
+        # the context runs from its start, step after step, to the sampled step
+        slots = replay._offset(np.full(int(p[b]) + 1, start), np.arange(int(p[b]) + 1))
+        np.testing.assert_array_equal(batch[CONTEXT_OBS][:p[b] + 1, b],
+                                      replay.observations(slots))
+        assert slots[-1] == idx[b]
+        np.testing.assert_array_equal(batch[CONTEXT_STATE][b], replay.extras[CORE_STATE][start])
+        if p[b] < agent.rec.burn_in + agent.rec.window - 1:  # cut at the episode's start
+            assert start in replay._starts[start // replay.stream_capacity]
+    params = learner.state["params"]
+    full = agent.net.apply({"params": params},
+                           agent.rec.transition_views(batch)["obs"])[0]
+    order = np.random.default_rng(0).permutation(len(idx))
+    for b in order[:4]:  # each window alone gives what it gave in the batch
+        alone = {k: (v[:, b:b + 1] if k == CONTEXT_OBS else v[b:b + 1])
+                 for k, v in batch.items() if k in (CONTEXT_OBS, CONTEXT_POSITION,
+                                                    CONTEXT_STATE)}
+        v = agent.net.apply({"params": params}, agent.rec.transition_views(alone)["obs"])[0]
+        np.testing.assert_allclose(np.asarray(v)[0], np.asarray(full)[b], atol=1e-5)
+    shuffled = {k: (v[:, order] if k == CONTEXT_OBS else v[order]) for k, v in batch.items()
+                if k in (CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE)}
+    v = agent.net.apply({"params": params}, agent.rec.transition_views(shuffled)["obs"])[0]
+    np.testing.assert_allclose(np.asarray(v), np.asarray(full)[order], atol=1e-5)
+
+
+@pytest.mark.parametrize("start", ["zero", "stored"])
+def test_evaluation_acts_with_the_training_state_handling(start):
+    """Run.evaluate's returns equal a plain loop that recomputes every action from the
+    episode's observations so far (stored: from zero over all of them; zero: over the last
+    window)."""
+    run = Run(_config("vracer", start, ENVS[0], eval_episodes=3))
+    returns = run.evaluate()
+    agent = run.agent
+    params = run.learner.acting_params()
+    from offpolicy.envs.make import make_env
+
+    env = make_env(ENVS[0])
+    for i in range(3):
+        obs, _ = env.reset(seed=run.train_cfg.seed + EVAL_SEED_OFFSET + i)
+        seen, total, done = [], 0.0, False
+        while not done:
+            seen.append(obs)
+            window = np.asarray(seen[-agent.rec.window:] if start == "zero" else seen)
+            n = len(window)
+            ctx = Context(window[:, None].astype(np.float32), np.zeros((n, 1), bool),
+                          np.zeros((1, agent.core.state_size), np.float32),
+                          np.zeros(1, np.int32), np.full(1, n - 1, np.int32))
+            action = np.asarray(agent.policy(params, ctx, jax.random.PRNGKey(0), False)[0])[0]
+            obs, r, term, trunc, _ = env.step(run.spec.to_env(action))
+            total += r
+            done = term or trunc
+        assert total == pytest.approx(returns[i], abs=1e-4)
+    run.close()
+
+
+@pytest.mark.parametrize("algo,start", [("vracer", "zero"), ("ddpg", "stored"),
+                                        ("aql", "stored")])
+def test_recurrent_updates_compile_once_and_resume(tmp_path, algo, start):
+    run = Run(_config(algo, start, ENVS[1], steps=300, eval_every=150, checkpoint_every=150,
+                      warmup_steps=20), tmp_path / "r")
+    run.train(until=150)
+    assert run.learner.updates > 0 and run.compile_count == 1
+    run.close()
+    resumed = Run(_config(algo, start, ENVS[1], steps=300, eval_every=150,
+                          checkpoint_every=150, warmup_steps=20), tmp_path / "r", resume=True)
+    assert resumed.step == 150
+    summary = resumed.train()
+    assert summary["step"] == 300 and resumed.compile_count == 1
+    resumed.close()
+
+
+def test_remote_collectors_carry_the_core_state():
+    """In-process remote collectors (the protocol Ray's follow): the stored state of every
+    step is the state before its observation, across chunks."""
+    run = Run(_config("ddpg", "stored", ENVS[0], num_envs=1, num_collectors=2,
+                      collect_steps=7, steps=140, eval_every=140, warmup_steps=200))
+    run.pool_factory = LocalPool
+    run.train()
+    agent, replay = run.agent, run.replay
+    params = run.learner.acting_params()  # no update ran (warm-up): the acting parameters
+    for slots in _episodes(replay)[:6]:
+        obs = replay.observations(np.array(slots))
+        for t in (0, len(slots) // 2, len(slots) - 1):
+            want = np.concatenate([
+                _carry_after(agent.rec.core(n), params[n]["core"], obs[:t])
+                for n in agent.rec.names])
+            np.testing.assert_allclose(replay.extras[CORE_STATE][slots[t]], want, atol=1e-5)
+    run.close()
+
+
+def test_bad_core_choices_are_one_line_errors(tmp_path):
+    proc = run_cli("train", "vracer", "--env", "Pendulum-v1", "--vracer.core", "lstm",
+                   "--vracer.core-burn-in", "4", "--run-dir", tmp_path / "a", cwd=tmp_path)
+    assert_one_line_error(proc, "core-burn-in")
+    proc = run_cli("train", "ace", "--env", "Pendulum-v1", "--ace.core", "lstm",
+                   "--run-dir", tmp_path / "b", cwd=tmp_path)
+    assert_one_line_error(proc, "--ace.core")

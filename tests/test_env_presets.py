@@ -95,7 +95,7 @@ def test_cli_announces_the_env_preset_and_resume_keeps_the_saved_one(tmp_path, m
 def test_help_and_list_show_none_and_the_env_default(capsys):
     assert cli.main(["list"]) == 0
     listed = " ".join(capsys.readouterr().out.split())
-    assert f"presets: paper, small (small on {PLATFORM})" in listed
+    assert f"presets: paper, small, lstm, paper-distributed (small on {PLATFORM})" in listed
     with pytest.raises(SystemExit):
         cli.main(["train", "aql", "--help"])
     out = " ".join(capsys.readouterr().out.split())

@@ -15,7 +15,6 @@ slice-start flag):
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import toy_envs  # noqa: F401  (registers the toy envs)
@@ -74,16 +73,33 @@ def _episodes(replay):
     return out
 
 
-def _carry_after(core_cfg, params, obs_seq):
-    """One core's state after unrolling ``obs_seq`` [n, d] from zero (zeros for n = 0)."""
+def _left_padded(prefixes: list[np.ndarray], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observation prefixes as one window [length, n, d], each right-aligned after padding,
+    with a reset at its first real position: unrolled from zero, the final state of column j
+    is the state after prefix j (an empty prefix is left all padding: handled by callers)."""
+    d = prefixes[0].shape[-1] if len(prefixes[0]) else 3
+    obs = np.zeros((length, len(prefixes), d), np.float32)
+    reset = np.zeros((length, len(prefixes)), bool)
+    for j, x in enumerate(prefixes):
+        if len(x):
+            obs[length - len(x):, j] = x
+            reset[length - len(x), j] = True
+    return obs, reset
+
+
+def _carries_after(core_cfg, params, prefixes: list[np.ndarray]) -> np.ndarray:
+    """One core's state after unrolling each prefix [t, d] from zero (zeros for t = 0), all
+    in one jitted call."""
     module = core_cfg.module(None)
-    if len(obs_seq) == 0:
-        return np.zeros(module.state_size)
-    n = len(obs_seq)
-    ctx = Context(jnp.asarray(obs_seq, jnp.float32)[:, None], jnp.zeros((n, 1), bool),
-                  jnp.zeros((1, core_cfg.offset + module.state_size)), jnp.zeros(1, jnp.int32),
-                  jnp.zeros(1, jnp.int32))
-    return np.asarray(module.apply({"params": params}, ctx, final=True))[0]
+    length = max(len(x) for x in prefixes) or 1
+    obs, reset = _left_padded(prefixes, length)
+    n = len(prefixes)
+    ctx = Context(obs, reset, np.zeros((n, core_cfg.offset + module.state_size), np.float32),
+                  np.zeros(n, np.int32), np.zeros(n, np.int32))
+    final = np.array(jax.jit(lambda p, c: module.apply({"params": p}, c, final=True))(
+        params, ctx))
+    final[[len(x) == 0 for x in prefixes]] = 0.0
+    return final
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -94,15 +110,16 @@ def test_the_stored_state_is_the_state_before_the_observation(env):
     params = parts.learner.acting_params()
     episodes = _episodes(replay)
     assert len(episodes) >= 6
+    prefixes, slots_of = [], []
     for slots in episodes:
         obs = replay.observations(np.array(slots))
-        stored = replay.extras[CORE_STATE][slots]
-        for t in range(len(slots)):
-            want = np.concatenate([
-                _carry_after(agent.rec.core(name), params[name]["core"], obs[:t])
-                for name in agent.rec.names])
-            np.testing.assert_allclose(stored[t], want, atol=1e-5)
-        np.testing.assert_array_equal(stored[0], 0.0)  # every episode starts from zero
+        prefixes += [obs[:t] for t in range(len(slots))]
+        slots_of += slots
+    want = np.concatenate([_carries_after(agent.rec.core(name), params[name]["core"], prefixes)
+                           for name in agent.rec.names], axis=-1)
+    np.testing.assert_allclose(replay.extras[CORE_STATE][slots_of], want, atol=1e-5)
+    firsts = [s[0] for s in episodes]
+    np.testing.assert_array_equal(replay.extras[CORE_STATE][firsts], 0.0)  # from zero
 
 
 @pytest.mark.parametrize("start", ["zero", "stored"])
@@ -114,11 +131,12 @@ def test_the_learners_unroll_reproduces_acting_outputs(start, env):
     _collect(parts, 40)
     agent, learner = parts.agent, parts.learner
     params = learner.state["params"]
+    outputs = jax.jit(lambda p, b: agent.net.apply({"params": p},
+                                                   agent.rec.transition_views(b)["obs"]))
     near_start = 0
     for _ in range(4):
         idx, batch = learner.sample()
-        views = agent.rec.transition_views(jax.tree_util.tree_map(jnp.asarray, batch))
-        value, mean, _ = agent.net.apply({"params": params}, views["obs"])
+        value, mean, _ = outputs(params, batch)
         np.testing.assert_allclose(np.asarray(value), batch["value"], atol=2e-5)
         np.testing.assert_allclose(np.asarray(mean), batch["mean"], atol=2e-5)
         near_start += int((batch[CONTEXT_POSITION] < 3).sum())
@@ -134,18 +152,19 @@ def test_sequence_windows_reproduce_the_acting_embedding(start):
     _collect(parts, 40)
     agent, learner, replay = parts.agent, parts.learner, parts.replay
     core = learner.state["params"]["core"]
+    embed = jax.jit(agent.embed)
+    policy = jax.jit(lambda p, c: agent.policy(p, c, jax.random.PRNGKey(0), False)[1])
     acting = {}  # slot -> the embedding acting computed there
     for slots in _episodes(replay):
         memory = HostMemory(agent.core, 1)
         obs = replay.observations(np.array(slots))
         for t, slot in enumerate(slots):
             ctx = memory.observe(obs[t][None])
-            acting[slot] = np.asarray(agent.embed(core, ctx))[0]
-            memory.advance(jax.device_get(agent.policy(learner.acting_params(), ctx,
-                                                       jax.random.PRNGKey(0), False)[1]))
+            acting[slot] = np.asarray(embed(core, ctx))[0]
+            memory.advance(jax.device_get(policy(learner.acting_params(), ctx)))
     idx, batch = learner.sample()
-    view = agent.rec.sequence_view(jax.tree_util.tree_map(jnp.asarray, batch))
-    h = np.asarray(agent.embed(core, view["obs"]))  # [T+1, B, cells]
+    h = np.asarray(jax.jit(lambda c, b: agent.embed(c, agent.rec.sequence_view(b)["obs"]))(
+        core, batch))  # [T+1, B, cells]
     checked = 0
     for t in range(idx.shape[0]):
         for b in range(idx.shape[1]):
@@ -172,19 +191,17 @@ def test_windows_are_ordered_start_where_marked_and_do_not_leak():
         if p[b] < agent.rec.burn_in + agent.rec.window - 1:  # cut at the episode's start
             assert start in replay._starts[start // replay.stream_capacity]
     params = learner.state["params"]
-    full = agent.net.apply({"params": params},
-                           agent.rec.transition_views(batch)["obs"])[0]
+    value = jax.jit(lambda p, b: agent.net.apply({"params": p},
+                                                 agent.rec.transition_views(b)["obs"])[0])
+    keys = (CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE)
+    full = np.asarray(value(params, {k: batch[k] for k in keys}))
     order = np.random.default_rng(0).permutation(len(idx))
-    for b in order[:4]:  # each window alone gives what it gave in the batch
-        alone = {k: (v[:, b:b + 1] if k == CONTEXT_OBS else v[b:b + 1])
-                 for k, v in batch.items() if k in (CONTEXT_OBS, CONTEXT_POSITION,
-                                                    CONTEXT_STATE)}
-        v = agent.net.apply({"params": params}, agent.rec.transition_views(alone)["obs"])[0]
-        np.testing.assert_allclose(np.asarray(v)[0], np.asarray(full)[b], atol=1e-5)
-    shuffled = {k: (v[:, order] if k == CONTEXT_OBS else v[order]) for k, v in batch.items()
-                if k in (CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE)}
-    v = agent.net.apply({"params": params}, agent.rec.transition_views(shuffled)["obs"])[0]
-    np.testing.assert_allclose(np.asarray(v), np.asarray(full)[order], atol=1e-5)
+    for b in order[:3]:  # each window alone gives what it gave in the batch
+        alone = {k: (batch[k][:, b:b + 1] if k == CONTEXT_OBS else batch[k][b:b + 1])
+                 for k in keys}
+        np.testing.assert_allclose(np.asarray(value(params, alone))[0], full[b], atol=1e-5)
+    shuffled = {k: (batch[k][:, order] if k == CONTEXT_OBS else batch[k][order]) for k in keys}
+    np.testing.assert_allclose(np.asarray(value(params, shuffled)), full[order], atol=1e-5)
 
 
 @pytest.mark.parametrize("start", ["zero", "stored"])
@@ -199,17 +216,18 @@ def test_evaluation_acts_with_the_training_state_handling(start):
     from offpolicy.envs.make import make_env
 
     env = make_env(ENVS[0])
+    act = jax.jit(lambda p, c: agent.policy(p, c, jax.random.PRNGKey(0), False)[0])
+    length = 12  # longer than an episode: every prefix fits, left-padded, reset at its start
     for i in range(3):
         obs, _ = env.reset(seed=run.train_cfg.seed + EVAL_SEED_OFFSET + i)
         seen, total, done = [], 0.0, False
         while not done:
             seen.append(obs)
             window = np.asarray(seen[-agent.rec.window:] if start == "zero" else seen)
-            n = len(window)
-            ctx = Context(window[:, None].astype(np.float32), np.zeros((n, 1), bool),
-                          np.zeros((1, agent.core.state_size), np.float32),
-                          np.zeros(1, np.int32), np.full(1, n - 1, np.int32))
-            action = np.asarray(agent.policy(params, ctx, jax.random.PRNGKey(0), False)[0])[0]
+            padded, reset = _left_padded([window], length)
+            ctx = Context(padded, reset, np.zeros((1, agent.core.state_size), np.float32),
+                          np.zeros(1, np.int32), np.full(1, length - 1, np.int32))
+            action = np.asarray(act(params, ctx))[0]
             obs, r, term, trunc, _ = env.step(run.spec.to_env(action))
             total += r
             done = term or trunc
@@ -242,13 +260,14 @@ def test_remote_collectors_carry_the_core_state():
     run.train()
     agent, replay = run.agent, run.replay
     params = run.learner.acting_params()  # no update ran (warm-up): the acting parameters
+    prefixes, slots_of = [], []
     for slots in _episodes(replay)[:6]:
         obs = replay.observations(np.array(slots))
-        for t in (0, len(slots) // 2, len(slots) - 1):
-            want = np.concatenate([
-                _carry_after(agent.rec.core(n), params[n]["core"], obs[:t])
-                for n in agent.rec.names])
-            np.testing.assert_allclose(replay.extras[CORE_STATE][slots[t]], want, atol=1e-5)
+        prefixes += [obs[:t] for t in range(len(slots))]
+        slots_of += slots
+    want = np.concatenate([_carries_after(agent.rec.core(n), params[n]["core"], prefixes)
+                           for n in agent.rec.names], axis=-1)
+    np.testing.assert_allclose(replay.extras[CORE_STATE][slots_of], want, atol=1e-5)
     run.close()
 
 

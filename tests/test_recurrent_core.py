@@ -55,6 +55,11 @@ def _np_unroll(kind, params, layers, cells, obs, reset, carry):
     return out, final
 
 
+def _apply(core, params, x, final=False):
+    """The core's apply, jitted (an eager scan would trace and compile on every call)."""
+    return np.asarray(jax.jit(lambda p, c: core.apply({"params": p}, c, final=final))(params, x))
+
+
 def _setup(kind, layers, cells, d=3, offset=0, seed=0):
     core = RecurrentCore(kind, layers, cells, offset=offset)
     params = core.init(jax.random.PRNGKey(seed), jnp.zeros((1, d)))["params"]
@@ -74,15 +79,14 @@ def test_unroll_matches_numpy_loop_with_resets_and_offset(kind, layers):
     carry = rng.standard_normal((B, offset + size + 2)).astype(np.float32)
     positions = rng.integers(0, T - 3, B).astype(np.int32)
     ctx = Context(obs, reset, carry, np.zeros(B, np.int32), positions, span=3)
-    out = np.asarray(core.apply({"params": params}, ctx))
+    out = _apply(core, params, ctx)
     ref, final = _np_unroll(kind, params, layers, cells, obs, reset,
                             carry[:, offset:offset + size])
     want = np.stack([ref[positions + k, np.arange(B)] for k in range(3)])
     np.testing.assert_allclose(out, want, atol=1e-5)
     one = Context(obs, reset, carry, np.zeros(B, np.int32), positions)  # span 0: no time axis
-    np.testing.assert_allclose(np.asarray(core.apply({"params": params}, one)), want[0],
-                               atol=1e-5)
-    got_final = np.asarray(core.apply({"params": params}, ctx, final=True))
+    np.testing.assert_allclose(_apply(core, params, one), want[0], atol=1e-5)
+    got_final = _apply(core, params, ctx, final=True)
     np.testing.assert_allclose(got_final, final, atol=1e-5)
 
 
@@ -98,7 +102,7 @@ def test_sliding_windows_start_every_output_from_zero(kind):
     carry = rng.standard_normal((B, core_state_size(kind, 2, cells))).astype(np.float32)
     positions = np.array([0, 2, 5], np.int32)
     ctx = Context(obs, reset, carry, np.zeros(B, np.int32), positions, span=5, window=W)
-    out = np.asarray(core.apply({"params": params}, ctx))
+    out = _apply(core, params, ctx)
     for k in range(5):
         for b in range(B):
             j = positions[b] + k
@@ -112,7 +116,7 @@ def test_sliding_windows_start_every_output_from_zero(kind):
 def test_plain_array_is_one_step_from_zero():
     core, params, rng = _setup("lstm", 2, 6, 3)
     x = rng.standard_normal((2, 5, 3)).astype(np.float32)
-    out = np.asarray(core.apply({"params": params}, x))
+    out = _apply(core, params, x)
     assert out.shape == (2, 5, 6)
     zero = np.zeros(core_state_size("lstm", 2, 6))
     _, h = _np_step("lstm", params, 2, 6, zero, x[1, 3].astype(np.float64))
@@ -133,7 +137,7 @@ def test_burn_in_positions_get_no_gradient():
                       np.full(B, T - 1, np.int32))
         return jnp.sum(core.apply({"params": params}, ctx))
 
-    g = np.asarray(jax.grad(loss)(jnp.asarray(obs)))
+    g = np.asarray(jax.jit(jax.grad(loss))(jnp.asarray(obs)))
     for b in range(B):
         assert np.all(g[:grad_from[b], b] == 0)
         assert np.all(np.abs(g[grad_from[b]:, b]).sum(-1) > 0)

@@ -133,3 +133,22 @@ def test_collector_replay_refuses_what_it_cannot_serve(algo, train, match):
     run = registry.resolve(algo, train_overrides=base | train, agent_overrides=agent)
     with pytest.raises(OffpolicyError, match=match):
         build(run)
+
+
+def test_a_restarted_collector_starts_with_an_empty_replay():
+    """A collector lost at its 4th chunk is restarted with an empty replay (the paper's actors
+    keep nothing either); the run goes on to its end."""
+    pools = []
+
+    def pool(run):
+        pools.append(LocalPool(run, fail={(0, 3)}))
+        return pools[-1]
+
+    r = Run(_config(num_collectors=2, num_envs=1, steps=100, eval_every=100))
+    r.pool_factory = pool
+    r.train()
+    assert r.step == 100 and r.collection.restarts == 1
+    restarted, kept = pools[0].procs
+    # collector 0 lost its first 3 chunks' steps with its replay; collector 1 kept all of its
+    assert kept.local.replay.num_valid > restarted.local.replay.num_valid > 0
+    r.close()

@@ -102,14 +102,9 @@ def _carries_after(core_cfg, params, prefixes: list[np.ndarray]) -> np.ndarray:
     return final
 
 
-@pytest.mark.parametrize("env", ENVS)
-def test_the_stored_state_is_the_state_before_the_observation(env):
-    parts = build(_config("ddpg", "stored", env))
-    _collect(parts, 35)
-    agent, replay = parts.agent, parts.replay
-    params = parts.learner.acting_params()
-    episodes = _episodes(replay)
-    assert len(episodes) >= 6
+def _assert_states_before_observations(agent, params, replay, episodes) -> None:
+    """The core state replay holds at each step of ``episodes`` (slots) is every core's state
+    after the episode's earlier observations, computed here from zero."""
     prefixes, slots_of = [], []
     for slots in episodes:
         obs = replay.observations(np.array(slots))
@@ -118,6 +113,17 @@ def test_the_stored_state_is_the_state_before_the_observation(env):
     want = np.concatenate([_carries_after(agent.rec.core(name), params[name]["core"], prefixes)
                            for name in agent.rec.names], axis=-1)
     np.testing.assert_allclose(replay.extras[CORE_STATE][slots_of], want, atol=1e-5)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_stored_state_is_the_state_before_the_observation(env):
+    parts = build(_config("ddpg", "stored", env))
+    _collect(parts, 35)
+    agent, replay = parts.agent, parts.replay
+    params = parts.learner.acting_params()
+    episodes = _episodes(replay)
+    assert len(episodes) >= 6
+    _assert_states_before_observations(agent, params, replay, episodes)
     firsts = [s[0] for s in episodes]
     np.testing.assert_array_equal(replay.extras[CORE_STATE][firsts], 0.0)  # from zero
 
@@ -260,14 +266,7 @@ def test_remote_collectors_carry_the_core_state():
     run.train()
     agent, replay = run.agent, run.replay
     params = run.learner.acting_params()  # no update ran (warm-up): the acting parameters
-    prefixes, slots_of = [], []
-    for slots in _episodes(replay)[:6]:
-        obs = replay.observations(np.array(slots))
-        prefixes += [obs[:t] for t in range(len(slots))]
-        slots_of += slots
-    want = np.concatenate([_carries_after(agent.rec.core(n), params[n]["core"], prefixes)
-                           for n in agent.rec.names], axis=-1)
-    np.testing.assert_allclose(replay.extras[CORE_STATE][slots_of], want, atol=1e-5)
+    _assert_states_before_observations(agent, params, replay, _episodes(replay)[:6])
     run.close()
 
 

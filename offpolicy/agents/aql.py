@@ -101,7 +101,7 @@ class AQL:
             raise OffpolicyError(f"aql takes flat observations, got shape {tuple(obs_shape)}")
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.context = context
-        self.rec = Recurrence(config, "sequences", ("embedding",), "orthogonal", "aql")
+        self.rec = Recurrence(config, ("embedding",), "orthogonal", "aql")
         self.data, self.core = self.rec.data(sequences(config.unroll_length)), self.rec.spec
         self.behaviour_fields = self.rec.behaviour_fields
         self.embedding = self.rec.core("embedding").module(None) if self.rec.enabled else None

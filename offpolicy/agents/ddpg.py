@@ -133,7 +133,7 @@ class DDPG:
                                  "first layers (shared-ddpg shares the state-only first layer)")
         self._actor_enc = "encoder" if shared else "actor_encoder"
         self._critic_enc = "encoder" if shared else "critic_encoder"
-        self.rec = Recurrence(config, "transitions", tuple(dict.fromkeys(
+        self.rec = Recurrence(config, tuple(dict.fromkeys(
             (self._actor_enc, self._critic_enc))), c.init, "ddpg")
         if self.rec.enabled and self.action_at_input:
             raise OffpolicyError("--ddpg.core needs the action at the critic's second layer "

@@ -80,7 +80,7 @@ class NAF:
                  context: AgentContext = DEFAULT_CONTEXT):
         replay = context.replay
         self.config, self.obs_shape, self.spec, self.replay = config, obs_shape, spec, replay
-        self.rec = Recurrence(config, "transitions", ("net",), config.init, "naf")
+        self.rec = Recurrence(config, ("net",), config.init, "naf")
         self.data, self.core = self.rec.data(transitions()), self.rec.spec
         self.net = NAFNetwork(tuple(config.hidden), spec.dim, config.activation, config.init,
                               self.rec.core("net"))

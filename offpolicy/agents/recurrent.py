@@ -50,9 +50,7 @@ class Recurrence:
     """An agent's cores, from its config's ``core*`` fields. ``names``: one core per network
     that reads observations, in the order their states are stacked in the carry."""
 
-    def __init__(self, config: Any, kind: str, names: tuple[str, ...], init_scheme: str,
-                 section: str):
-        self.kind_of_data = kind
+    def __init__(self, config: Any, names: tuple[str, ...], init_scheme: str, section: str):
         self.enabled = getattr(config, "core", "none") != "none"
         self.names = names
         self.configs: dict[str, CoreConfig] = {}
@@ -68,7 +66,7 @@ class Recurrence:
         for i, name in enumerate(names):
             self.configs[name] = CoreConfig(c.core, c.core_layers, c.core_cells, i * size,
                                             init_scheme)
-        self.window, self.burn_in, self.start = c.core_window, c.core_burn_in, c.core_start
+        self.window, self.burn_in = c.core_window, c.core_burn_in
         self.spec = CoreSpec(c.core_start, c.core_window, c.core_burn_in, size * len(names))
 
     def core(self, name: str) -> CoreConfig | None:

@@ -91,7 +91,7 @@ class SAC:
                                  f"--sac.log-std-max ({c.log_std_max})")
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.replay = replay = context.replay
-        self.rec = Recurrence(c, "transitions", ("actor", "critic"), c.init, "sac")
+        self.rec = Recurrence(c, ("actor", "critic"), c.init, "sac")
         self.data, self.core = self.rec.data(transitions()), self.rec.spec
         self.policy_net = GaussianPolicy(tuple(c.hidden), spec.dim, c.activation, c.init,
                                          c.log_std_min, c.log_std_max, self.rec.core("actor"))

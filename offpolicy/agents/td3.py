@@ -77,7 +77,7 @@ class TD3:
         self.config, self.obs_shape, self.spec = config, tuple(obs_shape), spec
         self.replay = context.replay
         c = config
-        self.rec = Recurrence(c, "transitions", ("actor", "critic"), c.init, "td3")
+        self.rec = Recurrence(c, ("actor", "critic"), c.init, "td3")
         self.data, self.core = self.rec.data(transitions()), self.rec.spec
         self.behaviour_fields = self.rec.behaviour_fields
         self.actor = Actor(tuple(c.hidden), spec.dim, c.activation, c.init,

@@ -86,7 +86,7 @@ class VRACER:
                  context: AgentContext | None = None):
         replay = (context or AgentContext(refer.REFER)).replay  # ReF-ER unless told
         self.config, self.obs_shape, self.spec, self.replay = config, obs_shape, spec, replay
-        self.rec = Recurrence(config, "transitions", ("net",), config.init, "vracer")
+        self.rec = Recurrence(config, ("net",), config.init, "vracer")
         self.data, self.core = self.rec.data(transitions()), self.rec.spec
         self.net = VRACERNetwork(tuple(config.hidden), spec.dim, config.activation, config.init,
                                  float(np.sqrt(config.initial_variance)), self.rec.core("net"))

@@ -343,8 +343,7 @@ class AQL:
         core = params.get("core")
         h = self.embed(core, obs)  # the shared state embedding, [T+1, B, E]
         target_q = state.get("target_q", params["q"])
-        h_target = self.embed(state.get("target_core", core), obs) if "target_core" in state \
-            else h
+        h_target = self.embed(state["target_core"], obs) if "target_core" in state else h
         # a*(s) at every state of the unroll with the current networks (recomputed, see doc)
         a_star, _, info = self.argmax(params, params["q"], h, key)
         a_star = jax.lax.stop_gradient(a_star)

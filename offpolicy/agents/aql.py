@@ -340,8 +340,10 @@ class AQL:
             batch = self.rec.sequence_view(batch)
         obs, mask = batch["obs"], batch["mask"]  # [T+1, B, d], [T, B]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
-        core = params.get("core")
-        h = self.embed(core, obs)  # the shared state embedding, [T+1, B, E]
+        if self.embedding is not None:  # the shared state embedding [T+1, B, E], run once:
+            h, embed_vjp = jax.vjp(lambda cp: self.embed(cp, obs), params["core"])
+        else:  # the Q loss's gradient reaches the core through its pull-back
+            h, embed_vjp = obs, None
         target_q = state.get("target_q", params["q"])
         h_target = self.embed(state["target_core"], obs) if "target_core" in state else h
         # a*(s) at every state of the unroll with the current networks (recomputed, see doc)
@@ -351,14 +353,17 @@ class AQL:
         g = returns.lambda_returns(batch["reward"], c.gamma * batch["discount"],
                                    jax.lax.stop_gradient(next_q), c.lambda_, mask=mask)
 
-        def q_loss(trained):
-            q_params, hh = (trained[0], self.embed(trained[1], obs)) \
-                if self.embedding is not None else (trained, obs)
+        def q_loss(q_params, hh):
             q = self.q_values(q_params, hh[:-1], batch["action"][:, :, None, :])[..., 0]
             return 0.5 * jnp.sum(jnp.where(mask > 0, (g - q) ** 2, 0.0)) / denom, q
 
         trained = self._q_part(params)
-        (loss_q, q_taken), grads = jax.value_and_grad(q_loss, has_aux=True)(trained)
+        if self.embedding is not None:
+            (loss_q, q_taken), (g_q, g_h) = jax.value_and_grad(
+                q_loss, argnums=(0, 1), has_aux=True)(params["q"], h)
+            grads = (g_q, embed_vjp(g_h)[0])
+        else:
+            (loss_q, q_taken), grads = jax.value_and_grad(q_loss, has_aux=True)(params["q"], h)
         upd, q_opt = self.q_opt.update(grads, state["q_opt"], trained)
         trained = optax.apply_updates(trained, upd)
         new_params = {**params, **({"q": trained[0], "core": trained[1]}

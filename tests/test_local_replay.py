@@ -61,6 +61,30 @@ def test_each_unroll_sends_one_fresh_and_r_sampled_ones():
     proc.close()
 
 
+def test_a_fresh_unroll_sends_every_step_once_when_episodes_end_inside_it():
+    """3-step episodes, 5-step unrolls: episode ends fall inside every unroll and whole
+    episodes lie inside some; the fresh windows still hold each step just taken exactly
+    once, each window inside one episode."""
+    run = _config(num_envs=2, unrolls=1, env="toy_envs:ToyShort-v0")
+    proc = CollectorProcess(run.to_dict(), index=0)
+    payload = build(run).learner.acting_payload()
+    for n in range(5):
+        chunk = proc.collect(T, payload, n * T * 2)
+        u = _unrolls(chunk)
+        fresh, mask = u["fresh"], u["mask"]
+        assert (~fresh).sum() == 2 and fresh.sum() > 2  # R x K sampled; pieces > copies
+        assert mask[:, fresh].sum() == T * 2
+        taken = sorted(map(tuple, chunk["next_obs"].reshape(-1, 3)[:, :2].round(5).tolist()))
+        obs = u["obs"][:, fresh]
+        got = sorted(tuple(obs[t + 1, j, :2].round(5).tolist())
+                     for j in range(obs.shape[1]) for t in range(T) if mask[t, fresh][j] > 0)
+        assert got == taken
+        for j in range(obs.shape[1]):  # one episode per window: one phase
+            valid = int(mask[:, fresh][:, j].sum())
+            assert len(set(obs[:valid + 1, j, 1].round(5).tolist())) == 1
+    proc.close()
+
+
 def test_the_local_replay_forgets_first_in_first_out():
     run = _config(num_envs=1, capacity=24, unrolls=1)
     collector, local = build_collector(run, 0)

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 EPISODE_STEPS = 10  # k of ToyTerminate / ToyTruncate
+SHORT_STEPS = 3  # k of ToyShort
 NAN_AT = 5  # step (1-based, within the first episode) that returns NaN in NaNObs / NaNReward
 HUGE_AFTER = 250  # global env step after which HugeReward pays 1e38
 HUGE_REWARD = 1e38
@@ -84,6 +85,7 @@ def _register(name: str, max_episode_steps: int | None = None, **kwargs) -> None
 
 _register("ToyTerminate-v0", k=EPISODE_STEPS, terminate=True)
 _register("ToyTruncate-v0", max_episode_steps=EPISODE_STEPS, k=EPISODE_STEPS, terminate=False)
+_register("ToyShort-v0", k=SHORT_STEPS, terminate=True)  # shorter than most unrolls
 _register("NaNObs-v0", k=50, nan_obs_at=NAN_AT)
 _register("NaNReward-v0", k=50, nan_reward_at=NAN_AT)
 _register("HugeReward-v0", k=50, huge_reward_after=HUGE_AFTER)

@@ -551,6 +551,19 @@ class ReplayBuffer:
             raise OffpolicyError("cannot sample episodes: replay holds no episode start")
         return self.windows(starts[self.rng.integers(0, starts.size, batch_size)], max_length)
 
+    def _recent_slots(self, ring: int, length: int) -> np.ndarray:
+        """The slots of ring ``ring``'s latest ``length`` transitions, oldest first."""
+        if length < 1 or 2 * length + 1 > self.stream_capacity:
+            raise OffpolicyError(f"segment length must be in [1, "
+                                 f"{(self.stream_capacity - 1) // 2}], got {length}")
+        back = np.arange(-(2 * length + 1), 0)  # one final-obs slot at most per transition
+        slots = self.base[ring] + (self.heads[ring] + back) % self.stream_capacity
+        slots = slots[back >= -self.sizes[ring]]
+        return slots[self.valid[slots]][-length:]
+
+    def _rings(self, streams: np.ndarray | None) -> list[int]:
+        return list(range(self.num_streams)) if streams is None else [int(s) for s in streams]
+
     def recent_segments(self, length: int, streams: np.ndarray | None = None
                         ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The latest ``length`` transitions of every ring (the on-policy segment of ACER's
@@ -561,21 +574,15 @@ class ReplayBuffer:
         ring i to the end of its episode (or of the segment), column ``2i + 1`` from the first
         transition of the episode that started inside the segment (mask all 0 if none did).
         Transitions of episodes that began and ended inside one segment (episodes shorter
-        than the segment) are left to replay sampling. ``streams``: these rings only (the ones
-        a remote collector's segment just filled): ``[T, 2 len(streams)]``.
+        than the segment) are left to replay sampling (:meth:`recent_pieces` keeps them).
+        ``streams``: these rings only (the ones a remote collector's segment just filled):
+        ``[T, 2 len(streams)]``.
         """
-        if length < 1 or 2 * length + 1 > self.stream_capacity:
-            raise OffpolicyError(f"segment length must be in [1, "
-                                 f"{(self.stream_capacity - 1) // 2}], got {length}")
-        sc = self.stream_capacity
-        rings = range(self.num_streams) if streams is None else [int(s) for s in streams]
-        back = np.arange(-(2 * length + 1), 0)  # one final-obs slot at most per transition
+        rings = self._rings(streams)
         starts = np.empty(2 * len(rings), np.int64)
         empty = np.zeros(2 * len(rings), bool)
         for c, s in enumerate(rings):
-            slots = self.base[s] + (self.heads[s] + back) % sc  # oldest first
-            slots = slots[back >= -self.sizes[s]]
-            slots = slots[self.valid[slots]][-length:]
+            slots = self._recent_slots(s, length)
             if len(slots) == 0:
                 starts[2 * c:2 * c + 2] = self.base[s]
                 empty[2 * c:2 * c + 2] = True
@@ -589,6 +596,26 @@ class ReplayBuffer:
                 starts[2 * c + 1], empty[2 * c + 1] = slots[0], True
         idx, out = self.windows(starts, length)
         out["mask"][:, empty] = 0.0
+        return idx, out
+
+    def recent_pieces(self, length: int, streams: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Every ring's latest ``length`` transitions cut at its episode ends, one window of
+        ``length`` steps per piece (masked after the piece), in the layout of
+        :meth:`sample_sequences`: ``(idx[T, n], batch)``, ring by ring, oldest piece first;
+        together the windows hold each of those transitions exactly once (AQL's fresh
+        unroll, whose episodes may be shorter than it)."""
+        starts, ends_at = [], []
+        for s in self._rings(streams):
+            slots = self._recent_slots(s, length)
+            if len(slots) == 0:
+                continue
+            ends = self.terminated[slots] | self.truncated[slots]
+            first = np.concatenate([[0], np.flatnonzero(ends[:-1]) + 1])
+            starts += slots[first].tolist()
+            ends_at += (np.append(first[1:], len(slots)) - first).tolist()
+        idx, out = self.windows(np.asarray(starts, np.int64), length)
+        out["mask"] *= (np.arange(length)[:, None] < np.asarray(ends_at)[None, :])
         return idx, out
 
     def windows(self, start: np.ndarray, length: int

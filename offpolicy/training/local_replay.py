@@ -16,9 +16,9 @@ by ``--updates-per-step`` instead.
 
 In this library's layout an unroll is a window of one episode (``ReplayBuffer.windows``: it
 never crosses an episode start, and is masked after its episode's end): an env copy's fresh
-unroll is the window from its first step to its episode's end plus, when an episode started
-inside it, the window of that episode (``ReplayBuffer.recent_segments``); an episode that
-began and ended inside one unroll reaches the learner through the R sampled ones.
+unroll is sent as one window per episode piece in it (``ReplayBuffer.recent_pieces``: one
+window when no episode ends inside it, more when episodes are shorter than T), so that the
+learner receives every fresh step exactly once.
 
 Faults: a collector that is restarted starts with an empty replay, as the paper's actors
 would; the windows in the learner's queue when a run stops (or checkpoints and resumes) are
@@ -65,14 +65,12 @@ class LocalReplay:
         self.data, self.unrolls, self.num_envs = data, int(unrolls), num_envs
 
     def unroll_batch(self) -> dict[str, np.ndarray]:
-        """The fresh unroll of every env copy (the latest T steps; the columns of a window
-        that holds none dropped) and R x K unrolls sampled uniformly from this replay, in
-        the sequences layout ([T, n] time-major; a recurrent agent's context too), with
-        ``fresh`` [n] saying which is which."""
+        """The fresh unroll of every env copy (the latest T steps, a window per episode
+        piece) and R x K unrolls sampled uniformly from this replay, in the sequences layout
+        ([T, n] time-major; a recurrent agent's context too), with ``fresh`` [n] saying which
+        is which."""
         t = self.data.length
-        idx, fresh = self.replay.recent_segments(t)
-        keep = fresh["mask"].sum(0) > 0
-        batches = [(idx[:, keep], {k: v[:, keep] for k, v in fresh.items()}, True)]
+        batches = [(*self.replay.recent_pieces(t), True)]
         if self.unrolls and len(self.replay):
             idx, sampled = self.replay.sample_sequences(self.unrolls * self.num_envs, t)
             batches.append((idx, sampled, False))

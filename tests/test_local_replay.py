@@ -149,6 +149,9 @@ def test_a_run_learns_from_the_unrolls_as_they_come():
     ("aql", {"num_collectors": 0}, "--num-collectors"),
     ("ddpg", {}, "does not learn that way"),
     ("aql", {"collect_steps": 7}, "--collect-steps must equal"),
+    ("aql", {"segment_length": T}, "--segment-length does not apply"),
+    ("aql", {"replay_statistics": True}, "--replay-statistics does not apply"),
+    ("aql", {"collector_buffer_size": 10}, "--collector-buffer-size 10 is too small"),
 ])
 def test_collector_replay_refuses_what_it_cannot_serve(algo, train, match):
     base = {"env": "toy_envs:ToyTruncate-v0", "collector_replay": True, "num_collectors": 2,

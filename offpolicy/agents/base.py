@@ -94,6 +94,7 @@ class DataSpec:
     # core state recorded while acting at the context's first step too
     context: int = 0
     context_state: bool = False
+    recurrent: bool = False  # samples carry a context (even of no earlier steps: window 1)
 
     def __post_init__(self):
         if self.kind not in DATA_KINDS:
@@ -111,7 +112,7 @@ class DataSpec:
         before the sample it starts) and, with ``state``, ``context_state`` [B, S]: the
         behaviour field :data:`CORE_STATE` at its first step. The context replaces the
         batch's ``obs`` and ``next_obs`` (it holds them) and its per-step core states."""
-        return DataSpec(self.kind, self.length, int(steps), bool(state))
+        return DataSpec(self.kind, self.length, int(steps), bool(state), True)
 
 
 def transitions() -> DataSpec:

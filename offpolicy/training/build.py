@@ -195,15 +195,25 @@ def _check_collector_replay(run: registry.RunConfig, agent, contract: Contract) 
     if not tc.num_collectors:
         raise OffpolicyError("--collector-replay keeps a replay in every remote collector: "
                              "give --num-collectors K")
-    if data.kind != "sequences" or agent.writeback_fields or contract.stored_return \
-            or tc.segment_length or tc.replay != "er":
+    if data.kind != "sequences" or agent.writeback_fields or contract.stored_return:
         raise OffpolicyError(f"--collector-replay sends unrolls that the learner learns from "
                              f"once, with nothing written back: {run.algo} does not learn "
                              "that way (aql, uniform-q, qt-opt and exact-q do)")
+    for flag, given in (("--segment-length", tc.segment_length),
+                        (f"--replay {tc.replay}", tc.replay != "er"),
+                        ("--replay-statistics", tc.replay_statistics)):
+        if given:
+            raise OffpolicyError(f"--collector-replay: the learner keeps no replay, so "
+                                 f"{flag} does not apply (leave it out)")
     if registry.chunk_steps(tc) != data.length:
         raise OffpolicyError(f"--collector-replay: a collector's chunk is one unroll: "
                              f"--collect-steps must equal the unroll length {data.length}, "
                              f"got {registry.chunk_steps(tc)}")
+    least = (2 * data.length + 1) * tc.num_envs  # each env copy's ring holds two unrolls
+    if tc.collector_buffer_size < least:
+        raise OffpolicyError(f"--collector-buffer-size {tc.collector_buffer_size} is too small "
+                             f"for unrolls of {data.length} steps over {tc.num_envs} env "
+                             f"copies (at least {least})")
 
 
 def _check_cadence(run: registry.RunConfig, contract: Contract, agent) -> None:

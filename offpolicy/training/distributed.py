@@ -377,9 +377,13 @@ def distributed(run, total: int) -> None:
 
 def _learn(run, step: int, size: int, rings: np.ndarray, queue: UnrollQueue | None) -> None:
     """The updates one chunk owes, by the run's cadence; with collectors' own replays, one
-    per batch of unrolls queued."""
+    per batch of unrolls queued (the unrolls that arrive during warm-up are not learned
+    from)."""
     tc, learner, schedule = run.train_cfg, run.learner, run.schedule
     if queue is not None:
+        if step <= tc.warmup_steps:
+            queue.windows.clear()
+            return
         while (batch := queue.take()) is not None:
             learner.update(None, learner.normalize(batch))
         return

@@ -193,7 +193,7 @@ class Learner:
         (ReF-ER Eq. 12), the stored target of each step's successor (V-RACER) and a
         recurrent core's context (which replaces the observations: it holds them)."""
         d = self.data
-        if d.context or d.context_state:
+        if d.recurrent:
             self._augment_context(idx if d.kind == "transitions" else idx[0], batch)
         if self.far_fraction:
             batch[FAR_FRACTION] = np.float32(self.replay.count(FAR) / max(len(self.replay), 1))
@@ -305,7 +305,7 @@ class Learner:
         for i in range(0, len(cut), n):
             rows = cut[i:i + n]
             slots = np.concatenate([last[rows], np.repeat(last[rows[-1:]], n - len(rows))])
-            if self.data.context or self.data.context_state:
+            if self.data.recurrent:
                 obs = self.normalize_observations(self._augment_context(slots, {}))
             else:
                 obs = self.obs_norm(self.replay.next_observations(slots))

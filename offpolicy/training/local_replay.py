@@ -76,7 +76,7 @@ class LocalReplay:
             batches.append((idx, sampled, False))
         out: dict[str, list] = collections.defaultdict(list)
         for idx, batch, is_fresh in batches:
-            if self.data.context or self.data.context_state:
+            if self.data.recurrent:
                 batch = add_context(self.replay, self.data, idx[0], batch)
             for k, v in batch.items():
                 out[k].append(v)

@@ -9,7 +9,9 @@ each one's state sits in the flat carry, and how the two ways of starting a wind
 * ``zero``: every output is computed from a zero state over the last ``window`` observations
   of its episode (the ReF-ER authors' smarties, ReF-ER Sec. 5.4: "LSTM networks (2 layers of
   32 cells with back-propagation window of 16 steps)"), when acting and when learning, so
-  the learner reproduces exactly what the actor computed;
+  the learner reproduces exactly what the actor computed (with parameters and observation
+  statistics held fixed: under ``--normalize-obs`` acting normalised each observation as it
+  arrived, the learner with the statistics of its update);
 * ``stored``: acting carries the state through the episode and replay records it before
   every step; a sampled window starts from the recorded state, unrolls ``burn_in`` steps
   without gradient, then back-propagates (R2D2, Kapturowski et al. 2019, Sec. 3: "stored

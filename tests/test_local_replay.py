@@ -148,8 +148,9 @@ def test_a_run_learns_from_the_unrolls_as_they_come():
 @pytest.mark.parametrize("algo,train,match", [
     ("aql", {"num_collectors": 0}, "--num-collectors"),
     ("ddpg", {}, "does not learn that way"),
+    ("acer", {}, "acer with --segment-length 20 learns on the latest segment"),
     ("aql", {"collect_steps": 7}, "--collect-steps must equal"),
-    ("aql", {"segment_length": T}, "--segment-length does not apply"),
+    ("aql", {"segment_length": T}, "aql with --segment-length 5 learns on the latest"),
     ("aql", {"replay_statistics": True}, "--replay-statistics does not apply"),
     ("aql", {"collector_buffer_size": 10}, "--collector-buffer-size 10 is too small"),
 ])

@@ -340,9 +340,11 @@ class AQL:
             batch = self.rec.sequence_view(batch)
         obs, mask = batch["obs"], batch["mask"]  # [T+1, B, d], [T, B]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
-        if self.embedding is not None:  # the shared state embedding [T+1, B, E], run once:
+        # the shared state embedding [T+1, B, E], run once: the Q loss's gradient reaches the
+        # core through its pull-back
+        if self.embedding is not None:
             h, embed_vjp = jax.vjp(lambda cp: self.embed(cp, obs), params["core"])
-        else:  # the Q loss's gradient reaches the core through its pull-back
+        else:
             h, embed_vjp = obs, None
         target_q = state.get("target_q", params["q"])
         h_target = self.embed(state["target_core"], obs) if "target_core" in state else h

@@ -199,8 +199,12 @@ def _check_collector_replay(run: registry.RunConfig, agent, contract: Contract) 
         raise OffpolicyError(f"--collector-replay sends unrolls that the learner learns from "
                              f"once, with nothing written back: {run.algo} does not learn "
                              "that way (aql, uniform-q, qt-opt and exact-q do)")
-    for flag, given in (("--segment-length", tc.segment_length),
-                        (f"--replay {tc.replay}", tc.replay != "er"),
+    if tc.segment_length:  # ACER's cadence (its default), or given
+        raise OffpolicyError(f"--collector-replay: {run.algo} with --segment-length "
+                             f"{tc.segment_length} learns on the latest segment at the learner, "
+                             "which keeps no replay here (aql, uniform-q, qt-opt and exact-q "
+                             "learn from the collectors' unrolls)")
+    for flag, given in ((f"--replay {tc.replay}", tc.replay != "er"),
                         ("--replay-statistics", tc.replay_statistics)):
         if given:
             raise OffpolicyError(f"--collector-replay: the learner keeps no replay, so "

@@ -382,7 +382,7 @@ def _learn(run, step: int, size: int, rings: np.ndarray, queue: UnrollQueue | No
     tc, learner, schedule = run.train_cfg, run.learner, run.schedule
     if queue is not None:
         if step <= tc.warmup_steps:
-            queue.windows.clear()
+            queue.drop()
             return
         while (batch := queue.take()) is not None:
             learner.update(None, learner.normalize(batch))

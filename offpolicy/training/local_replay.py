@@ -103,6 +103,10 @@ class UnrollQueue:
     def __len__(self) -> int:
         return len(self.windows)
 
+    def drop(self) -> None:
+        """Forget every queued window (the ones that arrive before learning starts)."""
+        self.windows.clear()
+
     def take(self) -> dict[str, np.ndarray] | None:
         """A batch of the oldest ``batch_size`` windows ([T, B] layout), or None while fewer
         are queued."""

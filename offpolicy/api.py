@@ -135,7 +135,10 @@ class Agent:
         r = self.run
         obs = np.asarray(obs, r.obs_dtype)  # frames stay uint8: the network scales them
         if obs.shape != r.obs_shape:
-            raise OffpolicyError(f"observation shape {obs.shape} != {r.obs_shape}")
+            hint = ("; this agent observes the previous action and reward too "
+                    "(--observe-action-reward): step an env from offpolicy.envs.make_env(id, "
+                    "observe_action_reward=True)" if r.train_cfg.observe_action_reward else "")
+            raise OffpolicyError(f"observation shape {obs.shape} != {r.obs_shape}{hint}")
         if not np.isfinite(obs).all():
             raise OffpolicyError("observation contains NaN or inf")
         x = r.obs_norm(obs[None])

@@ -127,6 +127,11 @@ class TrainConfig:
         "becomes K evenly spaced levels in [-1, 1] of the agent's box, e.g. K = 5: "
         "{-1, -0.5, 0, 0.5, 1}; 0 = off, else K >= 2; no effect without continuous actions",
         ge=0)
+    observe_action_reward: bool = _f(
+        False, "append the previous action and reward to every observation (zero at an "
+        "episode's first step), in training, evaluation and inference alike: the input of "
+        "pomdp-baselines' and R2D2's recurrent cores, which -V tasks profit from; flat "
+        "observations only")
     normalize_obs: bool = _f(False, "normalise observations with running mean/std")
     normalize_reward: bool = _f(False, "scale rewards by the running std of the return")
     clip_reward: float = _f(0.0, "clip the rewards stored in replay to [-c, c] (the DQN, A3C "

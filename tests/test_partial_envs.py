@@ -74,3 +74,63 @@ def test_wrapper_refuses_bad_indices():
         partial.PartialObservation(gym.make("Pendulum-v1"), [3])
     with pytest.raises(OffpolicyError, match="more than positions"):
         partial.split(gym.make("Ant-v5").unwrapped, "Ant-v5")  # contact forces included
+
+
+@pytest.mark.parametrize("env_id", ["offpolicy/Pendulum-V-v0", "offpolicy/CartPole-P-v0"])
+def test_action_reward_observation_is_the_previous_step(env_id):
+    """--observe-action-reward: observation t is [o_t, a_{t-1}, r_{t-1}], zeros after every
+    reset; checked against a plain rollout of the same env (Box actions as given, Discrete
+    one-hot) over several episodes."""
+    plain = make_env(env_id, 0)
+    env = make_env(env_id, 0, observe_action_reward=True)
+    n_obs = plain.observation_space.shape[0]
+    space = plain.action_space
+    discrete = isinstance(space, gym.spaces.Discrete)
+    n_act = space.n if discrete else space.shape[0]
+    assert env.observation_space.shape == (n_obs + n_act + 1,)
+    assert env.action_space == space
+    rng = np.random.default_rng(1)
+    for episode in range(3):
+        want, _ = plain.reset(seed=episode)
+        got, _ = env.reset(seed=episode)
+        np.testing.assert_array_equal(got, np.concatenate([want, np.zeros(n_act + 1)]))
+        done = False
+        while not done:
+            a = (int(rng.integers(n_act)) if discrete
+                 else rng.uniform(space.low, space.high).astype(np.float32))
+            want, r_want, t_want, tr_want, _ = plain.step(a)
+            got, r, t, tr, _ = env.step(a)
+            flat = np.eye(n_act)[a] if discrete else a
+            np.testing.assert_allclose(got, np.concatenate([want, flat, [r_want]]), rtol=1e-6)
+            assert got.dtype == np.float32 and env.observation_space.contains(got)
+            assert (r, t, tr) == (r_want, t_want, tr_want)
+            done = t or tr
+
+
+def test_action_reward_observation_refuses_frames():
+    from offpolicy.envs.partial import ActionRewardObservation
+
+    class Frames(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+        action_space = gym.spaces.Discrete(2)
+
+    with pytest.raises(OffpolicyError, match="flat observation"):
+        ActionRewardObservation(Frames())
+
+
+def test_action_reward_observation_in_async_env_copies():
+    """Env copies in worker processes build the same observation (the flag travels with
+    the factory)."""
+    from offpolicy.envs.make import action_spec
+    from offpolicy.envs.vector import EnvCopies
+
+    spec = action_spec(make_env("offpolicy/Pendulum-V-v0"))
+    envs = EnvCopies("offpolicy/Pendulum-V-v0", 2, 0, spec, True, observe_action_reward=True)
+    try:
+        obs = envs.reset(0)
+        assert obs.shape == (2, 3)
+        np.testing.assert_array_equal(obs[:, 1:], 0.0)
+        out = envs.step(np.full((2, 1), 0.5, np.float32))
+        np.testing.assert_allclose(out[0][:, 1], 0.5 * 2.0)  # [-1, 1] -> Pendulum's [-2, 2]
+    finally:
+        envs.close()

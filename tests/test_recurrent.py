@@ -77,7 +77,7 @@ def _left_padded(prefixes: list[np.ndarray], length: int) -> tuple[np.ndarray, n
     """Observation prefixes as one window [length, n, d], each right-aligned after padding,
     with a reset at its first real position: unrolled from zero, the final state of column j
     is the state after prefix j (an empty prefix is left all padding: handled by callers)."""
-    d = prefixes[0].shape[-1] if len(prefixes[0]) else 3
+    d = next((x.shape[-1] for x in prefixes if len(x)), 3)
     obs = np.zeros((length, len(prefixes), d), np.float32)
     reset = np.zeros((length, len(prefixes)), bool)
     for j, x in enumerate(prefixes):
@@ -211,18 +211,21 @@ def test_windows_are_ordered_start_where_marked_and_do_not_leak():
     np.testing.assert_allclose(np.asarray(value(params, shuffled)), full[order], atol=1e-5)
 
 
-@pytest.mark.parametrize("start", ["zero", "stored"])
-def test_evaluation_acts_with_the_training_state_handling(start):
+@pytest.mark.parametrize("start,observe", [("zero", False), ("stored", False),
+                                           ("zero", True)])
+def test_evaluation_acts_with_the_training_state_handling(start, observe):
     """Run.evaluate's returns equal a plain loop that recomputes every action from the
     episode's observations so far (stored: from zero over all of them; zero: over the last
-    window)."""
-    run = Run(_config("vracer", start, ENVS[0], eval_episodes=3))
+    window); with --observe-action-reward each observation ends with the previous action
+    and reward."""
+    run = Run(_config("vracer", start, ENVS[0], eval_episodes=3,
+                      observe_action_reward=observe))
     returns = run.evaluate()
     agent = run.agent
     params = run.learner.acting_params()
     from offpolicy.envs.make import make_env
 
-    env = make_env(ENVS[0])
+    env = make_env(ENVS[0], observe_action_reward=observe)
     act = jax.jit(lambda p, c: agent.policy(p, c, jax.random.PRNGKey(0), False)[0])
     length = 12  # longer than an episode: every prefix fits, left-padded, reset at its start
     for i in range(3):
@@ -240,6 +243,37 @@ def test_evaluation_acts_with_the_training_state_handling(start):
             done = term or trunc
         assert total == pytest.approx(returns[i], abs=1e-4)
     run.close()
+
+
+def test_observe_action_reward_reaches_replay_and_the_core():
+    """--observe-action-reward: every stored observation of an episode ends with the action
+    (in env units) and the reward of the step before it, zeros at the episode's first; the
+    core's input and the networks are built for the longer observation; an Agent refuses the
+    env's own observation with a line naming the flag."""
+    from offpolicy.api import Agent
+    from offpolicy.errors import OffpolicyError
+
+    parts = build(_config("ddpg", "zero", ENVS[0], observe_action_reward=True))
+    assert parts.obs_shape == (3 + 1 + 1,)
+    c = _collect(parts, 25)
+    replay = parts.replay
+    episodes = _episodes(replay)
+    assert len(episodes) >= 4
+    for slots in episodes:
+        obs = replay.observations(np.array(slots))
+        np.testing.assert_array_equal(obs[0, 3:], 0.0)
+        for t in range(1, len(slots)):
+            prev = slots[t - 1]
+            env_action = parts.spec.to_env(replay.action[prev])
+            np.testing.assert_allclose(obs[t, 3:4], env_action, rtol=1e-6)
+            assert obs[t, 4] == pytest.approx(replay.reward[prev], rel=1e-6)
+    c.close()
+    run = Run(_config("ddpg", "zero", ENVS[0], observe_action_reward=True))
+    agent = Agent(run)
+    assert np.shape(agent.act(np.zeros(5, np.float32), first=True)) == (1,)
+    with pytest.raises(OffpolicyError, match="--observe-action-reward"):
+        agent.act(np.zeros(3, np.float32))
+    agent.close()
 
 
 @pytest.mark.parametrize("algo,start", [("vracer", "zero"), ("ddpg", "stored"),
@@ -260,14 +294,17 @@ def test_recurrent_updates_compile_once_and_resume(tmp_path, algo, start):
 
 def test_remote_collectors_carry_the_core_state():
     """In-process remote collectors (the protocol Ray's follow): the stored state of every
-    step is the state before its observation, across chunks."""
+    step is the state before its observation, across chunks (here with the previous action
+    and reward observed too: remote collectors build their envs as the learner's)."""
     run = Run(_config("ddpg", "stored", ENVS[0], num_envs=1, num_collectors=2,
-                      collect_steps=7, steps=140, eval_every=140, warmup_steps=200))
+                      collect_steps=7, steps=140, eval_every=140, warmup_steps=200,
+                      observe_action_reward=True))
     run.pool_factory = LocalPool
     run.train()
     agent, replay = run.agent, run.replay
     params = run.learner.acting_params()  # no update ran (warm-up): the acting parameters
     _assert_states_before_observations(agent, params, replay, _episodes(replay)[:6])
+    assert replay.observations(np.array([0])).shape == (1, 5)
     run.close()
 
 

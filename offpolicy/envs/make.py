@@ -125,7 +125,8 @@ def _atari_preprocessing(env: gym.Env) -> gym.Env:
     return FramesLast(gym.wrappers.FrameStackObservation(env, ATARI_FRAMES))
 
 
-def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
+def make_env(env_id: str, seed: int | None = None, observe_action_reward: bool = False,
+             **kwargs) -> gym.Env:
     """Create a Gymnasium env with a flat float32 observation vector, or uint8 frames.
 
     ``dm_control/<domain>-<task>-v0`` ids need the ``dmc`` extra (dm-control + shimmy); their
@@ -140,7 +141,9 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
     step and the library validates spaces itself. ``offpolicy/`` ids are the library's own envs
     (``offpolicy/Platform-v0``: :mod:`offpolicy.envs.platform`; the partially observed
     ``offpolicy/Pendulum-P-v0``, ``offpolicy/HalfCheetah-V-v0``, ...:
-    :mod:`offpolicy.envs.partial`), registered on first use.
+    :mod:`offpolicy.envs.partial`), registered on first use. ``observe_action_reward``
+    (``--observe-action-reward``): every observation ends with the previous action and reward
+    (:class:`~offpolicy.envs.partial.ActionRewardObservation`).
     """
     given = env_id
     if env_id.startswith(OFFPOLICY_PREFIX):
@@ -215,6 +218,10 @@ def make_env(env_id: str, seed: int | None = None, **kwargs) -> gym.Env:
                 "valid: Box (3-D uint8 frames kept as they are) or Dict/Tuple of Boxes "
                 "(flattened)"
             )
+    if observe_action_reward:
+        from offpolicy.envs.partial import ActionRewardObservation
+
+        env = ActionRewardObservation(env)
     if seed is not None:
         env.action_space.seed(seed)
     return env

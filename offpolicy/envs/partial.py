@@ -94,6 +94,46 @@ class PartialObservation(gym.ObservationWrapper):
         return obs[self.indices]
 
 
+class ActionRewardObservation(gym.Wrapper):
+    """Append the previous action and reward to every observation: observation t becomes
+    ``[o_t, a_{t-1}, r_{t-1}]``, with ``a`` and ``r`` zero at an episode's first observation
+    (after every reset). The input of pomdp-baselines' recurrent cores (Ni et al. 2022,
+    Sec. 4) and of R2D2's LSTM (Kapturowski et al. 2019, Sec. 3: "the reward and one-hot
+    action vector from the previous time step"); on a ``-V`` task it tells a memory what the
+    velocities alone do not: how the system was pushed.
+
+    Actions are flattened as ``gymnasium.spaces.flatten`` does: a Box as it is (in env units,
+    as the env received it), a Discrete one-hot, a MultiDiscrete or a Tuple / Dict part by
+    part. The reward is the env's own, before any clipping or scaling by the learner. The
+    wrapped observation must be a flat Box (frames are refused: there is no channel to put an
+    action in)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise OffpolicyError("--observe-action-reward needs a flat observation vector, got "
+                                 f"{space} (images have no place for an action)")
+        actions = gym.spaces.flatten_space(env.action_space)
+        self._zeros = np.zeros(actions.shape[0] + 1, np.float32)
+        low = np.concatenate([space.low, actions.low, [-np.inf]]).astype(np.float32)
+        high = np.concatenate([space.high, actions.high, [np.inf]]).astype(np.float32)
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
+
+    def _join(self, obs: np.ndarray, tail: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.asarray(obs, np.float32), tail])
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._join(obs, self._zeros), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        tail = np.concatenate([gym.spaces.flatten(self.env.action_space, action),
+                               [reward]]).astype(np.float32)
+        return self._join(obs, tail), reward, terminated, truncated, info
+
+
 def make_partial(task: str, keep: str, **kwargs) -> gym.Env:
     """``task`` (a key of :data:`TASKS`) observing only its positions (``keep`` 'P') or only
     its velocities ('V'); the time limit is added by the registration, as the base task's."""

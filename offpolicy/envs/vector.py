@@ -82,18 +82,18 @@ def _gym_errors_silenced():
         logger.min_level = level
 
 
-def _make_copy(env_id: str, seed: int, spec) -> object:
+def _make_copy(env_id: str, seed: int, spec, observe_action_reward: bool = False) -> object:
     """One env copy in an async worker, registering ``spec`` there first if the worker does
     not know ``env_id`` (an env registered at run time in the parent)."""
     import gymnasium as gym
 
     try:
-        return make_env(env_id, seed)
+        return make_env(env_id, seed, observe_action_reward)
     except OffpolicyError:
         if spec is None or env_id in gym.registry:
             raise
         gym.registry[env_id] = spec
-        return make_env(env_id, seed)
+        return make_env(env_id, seed, observe_action_reward)
 
 
 def _start_method() -> str:
@@ -110,20 +110,21 @@ def _where(call: str, step: int | None) -> str:
 
 class EnvCopies:
     def __init__(self, env_id: str, num_envs: int, seed: int, spec: ActionSpec,
-                 asynchronous: bool = False):
+                 asynchronous: bool = False, observe_action_reward: bool = False):
         self.env_id, self.num_envs, self.spec = env_id, int(num_envs), spec
         self.asynchronous = asynchronous
         if asynchronous:
             import gymnasium as gym
             from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
-            probe = make_env(env_id, seed)  # bad ids fail here, with the one-line error
+            # bad ids fail here, with the one-line error
+            probe = make_env(env_id, seed, observe_action_reward)
             self.obs_dtype = observation_dtype(probe)
             probe.close()
             # an id the user registered in this process is unknown to a fresh worker: its spec
             # travels with the factory (Gymnasium pickles factories with cloudpickle)
             spec = gym.registry.get(env_id)
-            fns = [functools.partial(_make_copy, env_id, seed + i, spec)
+            fns = [functools.partial(_make_copy, env_id, seed + i, spec, observe_action_reward)
                    for i in range(self.num_envs)]
             if _QUIET_TRACKER not in sys.warnoptions:
                 sys.warnoptions.append(_QUIET_TRACKER)
@@ -139,7 +140,8 @@ class EnvCopies:
             self._actions = gym.vector.utils.create_empty_array(self._space, self.num_envs)
             self.envs = []
         else:
-            self.envs = [make_env(env_id, seed + i) for i in range(self.num_envs)]
+            self.envs = [make_env(env_id, seed + i, observe_action_reward)
+                         for i in range(self.num_envs)]
             self.obs_dtype = observation_dtype(self.envs[0])
 
     def reset(self, seed: int, step: int | None = None) -> np.ndarray:

@@ -63,7 +63,7 @@ class Parts:
                          sink if sink is not None else self.learner.sink(), self.policy,
                          self.learner.acting_state(), self.agent.exploration_noise,
                          self.agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
-                         tc.clip_reward, self.contract.core)
+                         tc.clip_reward, self.contract.core, tc.observe_action_reward)
 
 
 def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
@@ -71,7 +71,7 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     (evaluating or acting with loaded parameters needs none)."""
     configure_jax()
     tc = run.train
-    probe = make_env(tc.env, tc.seed)
+    probe = make_env(tc.env, tc.seed, tc.observe_action_reward)
     spec = action_spec(probe, tc.discretize)
     obs_shape, obs_dtype = observation_shape(probe), observation_dtype(probe)
     image = is_image_space(probe.observation_space)
@@ -150,7 +150,7 @@ def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0
     copies ``index * num_envs`` onwards of all collectors'."""
     configure_jax()
     tc = run.train
-    probe = make_env(tc.env, tc.seed)
+    probe = make_env(tc.env, tc.seed, tc.observe_action_reward)
     spec, obs_shape = action_spec(probe, tc.discretize), observation_shape(probe)
     image = is_image_space(probe.observation_space)
     probe.close()
@@ -167,7 +167,7 @@ def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0
     collector = Collector(tc.env, k, seed, spec, sink, HostPolicy(agent.policy, seed + 6),
                           ActingState(-1, None, normalizer), agent.exploration_noise,
                           agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
-                          tc.clip_reward, contract(agent).core)
+                          tc.clip_reward, contract(agent).core, tc.observe_action_reward)
     return collector, local
 
 

@@ -96,13 +96,15 @@ class Collector:
     def __init__(self, env_id: str, num_envs: int, seed: int, spec: ActionSpec, sink: Sink,
                  policy: HostPolicy, acting, noise: NoiseSpec | None, behaviour_fields: dict,
                  warmup_steps: int = 0, asynchronous: bool = False, clip_reward: float = 0.0,
-                 core: CoreSpec | None = None):
+                 core: CoreSpec | None = None, observe_action_reward: bool = False):
         """``acting``: the learner's ``ActingState`` to start with (:meth:`set_acting`);
         ``core``: the agent's recurrent core, whose memory of each episode the collector
-        keeps (:class:`~offpolicy.agents.acting.HostMemory`)."""
+        keeps (:class:`~offpolicy.agents.acting.HostMemory`); ``observe_action_reward``:
+        the env copies' observations end with the previous action and reward."""
         self.env_id, self.num_envs, self.seed, self.spec = env_id, num_envs, seed, spec
         self.sink, self.policy = sink, policy
-        self.envs = EnvCopies(env_id, num_envs, seed, spec, asynchronous)
+        self.envs = EnvCopies(env_id, num_envs, seed, spec, asynchronous,
+                              observe_action_reward)
         self.rng = np.random.Generator(np.random.PCG64(seed + 3))  # warm-up actions
         self.noise = (HostNoise(noise, spec.dim, num_envs,
                                 np.random.Generator(np.random.PCG64(seed + 1)))

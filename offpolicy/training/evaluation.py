@@ -38,16 +38,18 @@ def greedy_actions(policy: HostPolicy, params: Any, replacement: Callable | None
 
 class Evaluator:
     def __init__(self, env_id: str, episodes: int, eval_seed: int, spec: ActionSpec,
-                 core: CoreSpec | None = None):
+                 core: CoreSpec | None = None, observe_action_reward: bool = False):
         """``core``: the agent's recurrent core; its memory of each evaluation episode is kept
-        as in training (:class:`~offpolicy.agents.acting.HostMemory`)."""
+        as in training (:class:`~offpolicy.agents.acting.HostMemory`);
+        ``observe_action_reward``: as in training (``--observe-action-reward``)."""
         self.env_id = env_id
         self.core = core
         self._memory: HostMemory | None = None
         self.episodes = episodes
         self.eval_seed = eval_seed
         self.spec = spec
-        self.envs = [make_env(env_id, eval_seed + i) for i in range(min(episodes, MAX_PARALLEL))]
+        self.envs = [make_env(env_id, eval_seed + i, observe_action_reward)
+                     for i in range(min(episodes, MAX_PARALLEL))]
         self.obs_dtype = observation_dtype(self.envs[0])  # as in training: uint8 frames stay
 
     def run(self, act_batch: Callable[[Any], tuple[np.ndarray, dict]],
@@ -119,7 +121,7 @@ def trace_episode(run, inspect: Callable) -> dict:
 
     tc = run.train_cfg
     seed = tc.seed + EVAL_SEED_OFFSET
-    env = make_env(tc.env, seed)
+    env = make_env(tc.env, seed, tc.observe_action_reward)
     dtype = observation_dtype(env)
     fn = jax.jit(inspect)
     params = run.policy.host_params(run.learner.acting_params())

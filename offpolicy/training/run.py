@@ -155,7 +155,7 @@ class Run:
             raise OffpolicyError(f"episodes must be a positive integer, got {n!r}")
         if self._evaluator is None or self._evaluator.episodes != n:
             self._evaluator = Evaluator(tc.env, int(n), tc.seed + EVAL_SEED_OFFSET, self.spec,
-                                        self.contract.core)
+                                        self.contract.core, tc.observe_action_reward)
         params = self.policy.host_params(self.learner.acting_params())
         return self._evaluator.run(greedy_actions(self.policy, params, policy), self.obs_norm)
 

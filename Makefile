@@ -32,11 +32,17 @@ train: $(STAMP)
 	fi
 	@echo "learning curve: $(RUN)/curve.png"
 
+# The suite on TEST_WORKERS processes (pytest-xdist): each test file stays on one worker (its
+# module fixtures are built once); the tests that start Ray take turns (fixture ray_turn in
+# tests/conftest.py). TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(PYTEST)
 
 test-slow: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m slow
+	$(PYTEST) -m slow
 
 # The documentation site, warnings as errors (a broken link or autodoc target fails it); -E
 # reads every page afresh, so every page's navigation shows a newly added page

@@ -128,7 +128,9 @@ class Agent:
         return self.run.train(until=self.run.step + int(steps), final_eval=False)
 
     def act(self, obs: np.ndarray, first: bool = False) -> Any:
-        """The deterministic (evaluation) action for one env observation, in env units. An
+        """The deterministic (evaluation) action for one env observation, in env units (with
+        ``--observe-action-reward``: the observation of an env from ``make_env(env_id,
+        observe_action_reward=True)``, which ends with the previous action and reward). An
         agent with a recurrent core (``--<algo>.core``) remembers the episode across calls:
         pass ``first=True`` with each episode's first observation (the first call starts
         one either way)."""

@@ -130,8 +130,8 @@ class TrainConfig:
     observe_action_reward: bool = _f(
         False, "append the previous action and reward to every observation (zero at an "
         "episode's first step), in training, evaluation and inference alike: the input of "
-        "pomdp-baselines' and R2D2's recurrent cores, which -V tasks profit from; flat "
-        "observations only")
+        "pomdp-baselines' and R2D2's recurrent cores (what reveals a -V task's hidden "
+        "positions together with the velocities); flat observations only")
     normalize_obs: bool = _f(False, "normalise observations with running mean/std")
     normalize_reward: bool = _f(False, "scale rewards by the running std of the return")
     clip_reward: float = _f(0.0, "clip the rewards stored in replay to [-c, c] (the DQN, A3C "

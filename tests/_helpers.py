@@ -6,6 +6,8 @@ test process and every CLI subprocess, so each tiny configuration compiles once 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -124,3 +126,18 @@ def signal_when(predicate, proc: subprocess.Popen, sig: int,
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+@contextlib.contextmanager
+def one_ray_at_a_time(tmp_path_factory):
+    """Hold the test run's Ray lock: ``make test`` runs two pytest-xdist workers, and a test
+    that starts Ray checks that none of its processes outlive it, while a second Ray instance
+    on the machine could join it or take its ports. The lock file sits beside the workers'
+    temporary folders, so it is one per run (one per user without xdist)."""
+    path = tmp_path_factory.getbasetemp().parent / "ray.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

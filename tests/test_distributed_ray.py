@@ -15,6 +15,7 @@ from _helpers import (
     TINY_FLAGS,
     cli_env,
     latest_step,
+    one_ray_at_a_time,
     read_csv,
     run_cli,
     signal_when,
@@ -26,9 +27,36 @@ ray = pytest.importorskip("ray")
 
 from offpolicy.training.distributed import RayPool, _spawning  # noqa: E402
 
+# under pytest-xdist: this worker's name, which the processes it starts inherit (Ray's GCS,
+# raylet and workers, directly or through a CLI run; the raylet's two agents are started
+# without it, so they count through their parent), so another worker's or the user's own Ray
+# instance is not mistaken for one this module left behind
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def _tagged(pid: str) -> bool:
+    try:
+        environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return False
+    return f"PYTEST_XDIST_WORKER={_WORKER}".encode() in environ
+
+
+def _started_here(pid: str) -> bool:
+    if _WORKER is None:
+        return True
+    if _tagged(pid):
+        return True
+    try:
+        parent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+    except (OSError, IndexError):
+        return False
+    return _tagged(parent)
+
 
 def _ray_processes() -> set[int]:
-    """PIDs of every Ray process on the machine (raylet, GCS, workers, agents)."""
+    """PIDs of every Ray process (raylet, GCS, workers, agents) on the machine; under
+    pytest-xdist, of those started from this worker."""
     out = set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -37,7 +65,7 @@ def _ray_processes() -> set[int]:
             cmd = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "ray::" in cmd or "/ray/" in cmd:
+        if ("ray::" in cmd or "/ray/" in cmd) and _started_here(d):
             out.add(int(d))
     return out
 
@@ -54,16 +82,17 @@ def _settle(before: set[int], timeout: float = 30.0) -> set[int]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def shared_ray():
-    before = _ray_processes()
-    # the workers import the tests' env modules (toy_envs) as the CLI's do
-    env = {"PYTHONPATH": cli_env()["PYTHONPATH"], "JAX_PLATFORMS": "cpu"}
-    with _spawning():  # Ray starts its processes with fork + exec: JAX's warning is moot
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR", runtime_env={"env_vars": env})
-    yield
-    ray.shutdown()
-    assert not _settle(before), "Ray processes outlived the module"
+def shared_ray(tmp_path_factory):
+    with one_ray_at_a_time(tmp_path_factory):  # the module's Ray is the run's only one
+        before = _ray_processes()
+        # the workers import the tests' env modules (toy_envs) as the CLI's do
+        env = {"PYTHONPATH": cli_env()["PYTHONPATH"], "JAX_PLATFORMS": "cpu"}
+        with _spawning():  # Ray starts its processes with fork + exec: JAX's warning is moot
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR", runtime_env={"env_vars": env})
+        yield
+        ray.shutdown()
+        assert not _settle(before), "Ray processes outlived the module"
 
 
 def test_two_ray_collectors_fill_their_rings():

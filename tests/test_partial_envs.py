@@ -118,19 +118,42 @@ def test_action_reward_observation_refuses_frames():
         ActionRewardObservation(Frames())
 
 
+def test_action_reward_observation_of_hybrid_actions():
+    """Platform's Tuple(Discrete(3), Box(3)) action: the one-hot of the discrete part, then
+    the parameters as given."""
+    env = make_env("offpolicy/Platform-v0", 0, observe_action_reward=True)
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs[-7:], 0.0)
+    action = (2, np.array([1.0, 2.0, 3.0], np.float32))
+    obs, reward, *_ = env.step(action)
+    np.testing.assert_allclose(obs[-7:], [0, 0, 1, 1.0, 2.0, 3.0, reward], rtol=1e-6)
+
+
 def test_action_reward_observation_in_async_env_copies():
     """Env copies in worker processes build the same observation (the flag travels with
-    the factory)."""
+    the factory), and an episode that ends inside a step starts the next from zeros while
+    the step's own next observation keeps the last action and reward."""
+    import toy_envs  # noqa: F401  (registers the toy envs; the workers get their specs)
+
     from offpolicy.envs.make import action_spec
     from offpolicy.envs.vector import EnvCopies
 
-    spec = action_spec(make_env("offpolicy/Pendulum-V-v0"))
-    envs = EnvCopies("offpolicy/Pendulum-V-v0", 2, 0, spec, True, observe_action_reward=True)
+    env_id = "toy_envs:ToyTerminate-v0"  # 10-step episodes, Box(-2, 2) actions
+    spec = action_spec(make_env(env_id))
+    envs = EnvCopies(env_id, 2, 0, spec, True, observe_action_reward=True)
     try:
         obs = envs.reset(0)
-        assert obs.shape == (2, 3)
-        np.testing.assert_array_equal(obs[:, 1:], 0.0)
-        out = envs.step(np.full((2, 1), 0.5, np.float32))
-        np.testing.assert_allclose(out[0][:, 1], 0.5 * 2.0)  # [-1, 1] -> Pendulum's [-2, 2]
+        assert obs.shape == (2, 5)
+        np.testing.assert_array_equal(obs[:, 3:], 0.0)
+        for t in range(1, 13):
+            a = np.full((2, 1), 0.25 * (t % 4) - 0.5, np.float32)
+            next_obs, obs, reward, terminated, truncated = envs.step(a)
+            np.testing.assert_allclose(next_obs[:, 3], spec.to_env(a[0])[0], rtol=1e-6)
+            np.testing.assert_allclose(next_obs[:, 4], reward, rtol=1e-6)
+            if t == 10:
+                assert terminated.all()
+                np.testing.assert_array_equal(obs[:, 3:], 0.0)  # the next episode's first
+            else:
+                np.testing.assert_array_equal(obs, next_obs)
     finally:
         envs.close()

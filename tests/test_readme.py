@@ -125,6 +125,7 @@ def _tensorboard_serves(argv: list[str], cwd: Path) -> dict:
         proc.wait(timeout=30)
 
 
+@pytest.mark.usefixtures("ray_turn")  # the README trains with --num-collectors: Ray
 def test_readme_command_line_block_runs_in_order(tmp_path):
     """Each line of the block, in order, in one empty folder: exit code 0."""
     env = cli_env()

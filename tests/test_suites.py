@@ -223,6 +223,7 @@ def test_a_run_still_held_by_a_live_process_is_left_alone(tmp_path):
 
 
 # ---------------------------------------------------------------------- Ray
+@pytest.mark.usefixtures("ray_turn")
 def test_ray_dispatch_survives_a_lost_node(tmp_path):
     """Acceptance 2: a 2-node local Ray cluster, one node removed while it runs a run: the
     suite completes, the lost run retried (from its checkpoint: the storage is shared)."""

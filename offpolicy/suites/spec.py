@@ -356,6 +356,14 @@ def check(suite: Suite, envs: bool = True) -> None:
                 if name not in runs:
                     continue
                 run = runs[name]
+                if run.train.observe_action_reward:  # refused for frames: say so now
+                    from offpolicy.envs.partial import ActionRewardObservation
+
+                    try:
+                        ActionRewardObservation(probe)
+                    except OffpolicyError as e:
+                        raise OffpolicyError(f"suite {suite.path or suite.name}: entries."
+                                             f"{name} on {plan.env}: {e}") from None
                 kinds = registry.get(run.algo).action_kinds
                 spec = action_spec(probe, run.train.discretize)
                 if spec.kind not in kinds:

@@ -57,6 +57,9 @@ BAD = [
     (dict(envs={"Pendulum-v1": {"entries": ["ddpg", "ddpg"]}}),
      "envs.Pendulum-v1.entries: 'ddpg' appears twice"),
     (dict(envs=["Pendulum-v9"]), "envs.Pendulum-v9: unknown environment id 'Pendulum-v9'"),
+    (dict(envs=["ALE/Pong-v5"], flags="", entries={"x": {"algo": "dqn",
+                                                         "flags": "--observe-action-reward"}}),
+     "entries.x on ALE/Pong-v5: --observe-action-reward needs a flat observation vector"),
 ]
 
 

@@ -124,7 +124,8 @@ def test_resume_refuses_steps_below_the_step_reached(tmp_path):
      f"raised RuntimeError at step {RAISE_AT}: simulator diverged"),
     ("ddpg", "toy_envs:RaiseInReset-v0", ["--ddpg.hidden", "32", "32"],
      "raised RuntimeError at step 40: simulator lost at reset 5"),
-    ("ddpg", "toy_envs:RaiseInStep-v0", ["--num-envs", "2", "--async-envs"],
+    ("ddpg", "toy_envs:RaiseInStep-v0", ["--num-envs", "2", "--async-envs", "--ddpg.hidden", "32",
+                                          "32"],
      f"raised RuntimeError at step {2 * RAISE_AT}: simulator diverged"),
 ])
 def test_an_env_that_raises_is_one_line_and_keeps_the_checkpoint(tmp_path, algo, env, extra,

@@ -139,7 +139,7 @@ def test_smoke_suite_runs_every_algorithm_and_a_rerun_does_no_work(tmp_path):
     assert len(runs) == n and all(runner.finished(x.run_dir, x.steps) for x in runs)
     report = (out / "report.md").read_text()
     assert "## Pendulum-v1" in report and "## CartPole-v1" in report
-    assert "| tm-ace | 1 | 600 |" in report and "| exact-q | 1 | 600 |" in report
+    assert "| tm-ace | 1 | 400 |" in report and "| exact-q | 1 | 400 |" in report
     assert (out / "report.png").stat().st_size > 10_000
     logs = {x.log_path: x.log_path.read_text() for x in runs}
     again = subprocess.run(_cmd("run", "smoke", "--jobs", "2", "--out", out),

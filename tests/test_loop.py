@@ -56,29 +56,6 @@ def test_update_compiles_exactly_once(normalize):
     assert [r["step"] for r in t.eval_history] == [150, 300, 400]
 
 
-# the agents the golden runs (tests/test_golden.py) do not pin to the bit
-@pytest.mark.parametrize("algo,env,agent", [
-    ("sac", "Pendulum-v1", {}), ("vracer", "offpolicy/Pendulum-P-v0", {"core": "lstm"}),
-    ("dqn", "CartPole-v1", {"dueling": True})])
-def test_compiled_init_gives_the_eager_init_bit_for_bit(algo, env, agent):
-    """The learner initialises through one jit (a faster start: training/learner.py); the
-    values, dtypes and tree are those of the agent's own (eager) init."""
-    from offpolicy import registry
-    from offpolicy.envs.make import action_spec, make_env, observation_shape
-    from offpolicy.training.build import build_agent
-
-    run = registry.resolve(algo, train_overrides={"env": env}, agent_overrides=agent)
-    probe = make_env(env, 0)
-    agent = build_agent(run, observation_shape(probe), action_spec(probe))
-    key = jax.random.PRNGKey(3)
-    got, want = (jax.tree_util.tree_flatten(x) for x in (jax.jit(agent.init)(key),
-                                                          agent.init(key)))
-    assert got[1] == want[1]
-    for a, b in zip(got[0], want[0], strict=True):
-        assert np.asarray(a).dtype == np.asarray(b).dtype
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-
-
 # ---------------------------------------------------------------------- (b) determinism
 def _short_run(run_dir, seed):
     agent = offpolicy.make("ddpg", env="Pendulum-v1", seed=seed, run_dir=run_dir,

@@ -21,10 +21,11 @@ from _helpers import cli_env
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-# what replaces a command's own budget: one evaluation of one episode, one checkpoint; past
-# every default batch size (V-RACER's 256), so every line updates its networks
-SMALL = {"--steps": "300", "--eval-every": "300", "--checkpoint-every": "300",
-         "--eval-episodes": "1", "--log-every": "100"}
+# what replaces a command's own budget: one evaluation of one episode, one checkpoint; 400 steps
+# is past every default batch size (V-RACER's 256) and a multiple of every line's step
+# granularity (ACER's paper-atari: 16 env copies; 2 collectors: chunks of 50)
+SMALL = {"--steps": "400", "--eval-every": "400", "--checkpoint-every": "400",
+         "--eval-episodes": "1", "--log-every": "200"}
 SMALL_BENCH = {"--bench-steps": "100", "--bench-warmup": "100", "--rounds": "1"}
 
 
@@ -56,7 +57,7 @@ def small(argv: list[str]) -> list[str]:
         return argv
     if rest[0] == "train":
         if "--resume" in rest:  # continues the run: twice its (small) length, its own flags
-            return _set(argv, {"--steps": "600"}) + ["--quiet"]
+            return _set(argv, {"--steps": "800"}) + ["--quiet"]
         return _set(argv, SMALL) + ["--quiet"]
     if rest[0] == "eval":
         return _set(argv, {"--episodes": "1"})
@@ -66,7 +67,7 @@ def small(argv: list[str]) -> list[str]:
         from offpolicy.suites import spec
 
         first = next(iter(spec.load(rest[2]).entries))
-        argv = _set(argv, {"--steps": "300", "--seeds": "0", "--entries": first})
+        argv = _set(argv, {"--steps": "400", "--seeds": "0", "--entries": first})
         return _set(argv, {"--jobs": "1"}) if rest[1] == "run" else argv
     return argv
 
@@ -84,7 +85,7 @@ def test_readme_block_parses_into_known_commands():
     for argv in commands:
         assert not any(a.startswith("[") or a.isupper() for a in argv), argv
     assert small(["offpolicy", "train", "ddpg", "--steps", "100000"])[:5] == \
-        ["offpolicy", "train", "ddpg", "--steps", "300"]
+        ["offpolicy", "train", "ddpg", "--steps", "400"]
 
 
 def _expand(arg: str, cwd: Path) -> list[str]:
@@ -150,7 +151,7 @@ def test_readme_command_line_block_runs_in_order(tmp_path):
                  "ddpg-HalfCheetah-v5-s0_2", "naf-Pendulum-v1-per-s0", "ace-d2"):
         assert (runs / name / "config.yaml").exists(), sorted(p.name for p in runs.iterdir())
     resumed = (runs / "ddpg-HalfCheetah-v5-s0" / "eval.csv").read_text().splitlines()
-    assert [r.split(",")[0] for r in resumed[1:]] == ["300", "600"]
+    assert [r.split(",")[0] for r in resumed[1:]] == ["400", "800"]
     assert (tmp_path / "curves.png").exists() and (tmp_path / "kl.png").exists()
 
 

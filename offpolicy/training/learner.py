@@ -111,12 +111,8 @@ class Learner:
         if self.stored is not None:
             self._state_value = jax.jit(contract.state_value)
         self.replay_statistics = reward_scale.frozen
-        # One compiled init (cached on disk like the update) instead of the dozens of eager
-        # ops of Flax's init: a second faster start, the same values bit for bit
-        # (tests/test_loop.py). Distinct buffers for every leaf (targets start as copies), as
-        # donation requires.
-        self.state = jax.tree_util.tree_map(jnp.array,
-                                            jax.jit(agent.init)(jax.random.PRNGKey(seed)))
+        # distinct buffers for every leaf (targets start as copies), as donation requires
+        self.state = jax.tree_util.tree_map(jnp.array, agent.init(jax.random.PRNGKey(seed)))
         self.update_key = jax.random.PRNGKey(seed + 4)
         self.act_key = jax.random.PRNGKey(seed + 5)
         self.data = agent.data

@@ -137,6 +137,8 @@ SUITES = {
     "aql": ["ours-aql-cheetah-d5", "ours-uniform-q-cheetah-d5", "ours-qt-opt-cheetah-d5",
             "ours-exact-q-cheetah-d5"],
     "recurrent": RECURRENT,
+    # the pipelined loop against the default one (a GPU check: throughput_pipeline_h200.md)
+    "pipeline": ["ours-td3", "ours-td3-pipeline", "ours-sac", "ours-sac-pipeline"],
 }
 # ours over peer, paired per round (the ACER suite)
 PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
@@ -146,7 +148,8 @@ PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
               ("ours-td3-pipeline", "sbx-td3"), ("ours-td3-pipeline", "sb3-td3"),
               ("ours-sac", "sbx-sac"), ("ours-sac", "sb3-sac"),
               ("ours-sac-pipeline", "sbx-sac"), ("ours-sac-pipeline", "sb3-sac"),
-              ("ours-dqn-cartpole", "sbx-dqn-cartpole"), ("ours-dqn-cartpole", "sb3-dqn-cartpole")]
+              ("ours-dqn-cartpole", "sbx-dqn-cartpole"), ("ours-dqn-cartpole", "sb3-dqn-cartpole"),
+              ("ours-td3-pipeline", "ours-td3"), ("ours-sac-pipeline", "ours-sac")]
 # the issue's reference FLOP counts of a plain implementation (GFLOP per update, batch 64)
 REFERENCE_GFLOP = {"ours-ace-5-1": 2.6, "ours-ace-10-1": 7.4, "ours-ace-5-2": 13.9,
                    "ours-ddpg": 0.19}
@@ -158,6 +161,11 @@ SUITE_NOTES = {
                  "ours with --pipeline (the env step overlaps the update). Bounds "
                  "(issue 33, acceptance 3): TD3 and SAC >= 1.15x SBX and >= 2.5x SB3; DQN >= "
                  "1.3x SBX.",
+    "pipeline": "TD3 and SAC as in the suite `baselines` (256-256, batch 256, one update per "
+                "env step), each with the default loop (the update fused with the next action: "
+                "one dispatch and one wait per env step) and with --pipeline (the update "
+                "dispatched before the env step, the next action computed after it with its "
+                "parameters, on JAX's default device).",
     "aql": "Each env step is followed by one update (`--updates-per-step 1`), so 1 / (env "
            "steps/s) is the time of one env step plus one update. The update recomputes a* at "
            "all 31 x 32 states of the batch: AQL evaluates Q on N + M = 500 candidates per "
@@ -288,6 +296,8 @@ def summarize(rows: list[dict], out_dir: Path, suite: str, command: str) -> str:
                           "256), DQN on CartPole-v1 (64-64, batch 32), one update per env step",
              "aql": f"# Throughput ({suite}): AQL and its baselines on {ENV_ID} --discretize 5 "
                     "(15 625 actions), one env step plus one update of 32 unrolls x 30 steps",
+             "pipeline": f"# Throughput ({suite}): the default loop against --pipeline, TD3 "
+                         f"and SAC on {ENV_ID} (256-256, batch 256, one update per env step)",
              "recurrent": f"# Throughput ({suite}): recurrent cores against feed-forward "
                           "twins on the partially observed tasks (Pendulum-P, CartPole-P)"
              }.get(suite, f"# Throughput ({suite}), {ENV_ID}, batch 64, one update per env "

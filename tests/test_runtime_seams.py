@@ -75,6 +75,25 @@ def test_a_toy_agent_with_typed_state_runs_through_build_and_every_cadence(tmp_p
     resumed.close()
 
 
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_the_pipelined_loop_acts_on_the_default_device(monkeypatch, pipeline):
+    """--pipeline acts where its parameters are (they change every env step: on a GPU, copying
+    them to the host after every update halved the loop's rate, throughput_baselines_h200.md);
+    the other loops act on the host CPU."""
+    from offpolicy.training import build as build_module
+
+    made = []
+
+    class Recording(build_module.HostPolicy):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("on_default_device", False))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(build_module, "HostPolicy", Recording)
+    build(_toy(steps=200, pipeline=pipeline))
+    assert made == [pipeline]
+
+
 # ---------------------------------------------------------------------- collector -> sink
 def test_a_collector_writing_chunks_fills_replay_as_one_writing_replay_does():
     """The wire format of remote collectors: plain NumPy chunks (no objects), applied to the

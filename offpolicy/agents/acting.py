@@ -1,7 +1,8 @@
 """Acting: the jitted policy on the host CPU, and host-side exploration noise.
 
 Acting costs microseconds only if it never waits on a device round trip, so the policy runs on
-the host CPU device (parameters are copied there when the default backend is a GPU). Keys for
+the host CPU device (parameters are copied there when the default backend is a GPU), except in
+the pipelined loop, whose parameters change every env step (:class:`HostPolicy`). Keys for
 stochastic policies are split inside the jitted call, never per step in Python.
 
 Exploration comes in two forms:
@@ -96,11 +97,17 @@ def key_to_list(key: jax.Array) -> list[int]:
 class HostPolicy:
     """``agent.policy`` jitted on the host CPU: ``act(params, obs[B, ...], explore)`` returns
     NumPy (action, behaviour info). Stochastic policies draw from a key held here, split inside
-    the jitted call (the returned key replaces it: no Python split per step)."""
+    the jitted call (the returned key replaces it: no Python split per step).
 
-    def __init__(self, policy: Callable, seed: int):
-        self._on_host = jax.default_backend() == "cpu"
-        self._dev = host_device()
+    ``on_default_device=True`` (the pipelined loop) jits it on JAX's default device instead:
+    there the parameters change after every env step, and copying them to the host each time
+    (a wait for the update, then one transfer per leaf) cost more on a GPU than the act's own
+    round trip (H200: 227 env steps/s pipelined with host acting against 504 with the default
+    loop, ``throughput_baselines_h200.md``). On a CPU backend both are the same device."""
+
+    def __init__(self, policy: Callable, seed: int, on_default_device: bool = False):
+        self._dev = jax.devices()[0] if on_default_device else host_device()
+        self._same_device = self._dev == jax.devices()[0]  # where the parameters are
 
         def act(params, obs, key, explore):
             key, sub = jax.random.split(key)
@@ -111,7 +118,7 @@ class HostPolicy:
         self.key = jax.device_put(jax.random.PRNGKey(seed), self._dev)
 
     def host_params(self, params: Any) -> Any:
-        return params if self._on_host else jax.device_put(params, self._dev)
+        return params if self._same_device else jax.device_put(params, self._dev)
 
     def act(self, params: Any, obs: np.ndarray, explore: bool
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -115,7 +115,7 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
                                 frozen=tc.replay_statistics)
     learner = Learner(agent, contract, replay, tc.batch_size, tc.seed, obs_norm, reward_scale)
     return Parts(run, agent, contract, spec, obs_shape, obs_dtype, replay, learner,
-                 HostPolicy(agent.policy, tc.seed + 6))
+                 HostPolicy(agent.policy, tc.seed + 6, on_default_device=tc.pipeline))
 
 
 def build_agent(run: registry.RunConfig, obs_shape: tuple[int, ...], action_spec: ActionSpec,

@@ -140,7 +140,7 @@ SUITES = {
     # the pipelined loop against the default one (a GPU check: throughput_pipeline_h200.md)
     "pipeline": ["ours-td3", "ours-td3-pipeline", "ours-sac", "ours-sac-pipeline"],
 }
-# ours over peer, paired per round (the ACER suite)
+# ours over a peer, paired per round (env steps/s), and --pipeline over the default loop
 PEER_PAIRS = [("ours-acer-cartpole", "pfrl-acer-cartpole"),
               ("ours-acer-cheetah", "pfrl-acer-cheetah"),
               ("ours-aql-cheetah-d5", "ours-exact-q-cheetah-d5"),

@@ -16,11 +16,12 @@ evaluation per run, mean +- standard error over seeds, and the learning curves.
 Each run lives in ``benchmarks/runs/<suite>/<entry>/s<seed>`` (its output in ``s<seed>.log``
 beside it). Several drivers may work on the same grid at once (one per core): each takes a run
 with a lock file. A finished run is skipped, an unfinished one of ours continues with
-``--resume`` from its latest checkpoint (a peer run restarts: SB3/SBX have no checkpoint
-here). Runs go seed-major, so a stopped benchmark has balanced partial results. After every
-run the table (``learning_<suite>.md``), the curves (``learning_<suite>.png``) and a CSV of all
-evaluations (``learning_<suite>.csv``) are rewritten under ``benchmarks/results/``; the
-commands run are appended to ``learning_<suite>.log``.
+``--resume`` from its latest checkpoint, an SB3/SBX one from the checkpoint ``peers.py`` writes
+after each evaluation (a PFRL one restarts). Runs go seed-major, so a stopped benchmark has
+balanced partial results. After every run the table (``learning_<suite>.md``), the curves
+(``learning_<suite>.png``) and a CSV of all evaluations (``learning_<suite>.csv``) are
+rewritten under ``benchmarks/results/``; the commands run are appended to
+``learning_<suite>.log``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Machinery shared by the peer scripts ``peers.py`` (SB3/SBX DDPG) and ``peers_pfrl.py``
 (PFRL ACER): the JSON result line and stderr log, library versions, the deterministic
 evaluation episodes, ``DIR/eval.csv`` (written row by row, read back, the skip of a finished
-run) and ``DIR/config.json``, and the command-line options both ``learn`` / ``throughput``
+run) and ``DIR/config.json``, the checkpoint of a peer run (``DIR/checkpoint.npz``, without
+pickle), and the command-line options both ``learn`` / ``throughput``
 subcommands take.
 
 Imported by those scripts (their directory is on ``sys.path`` when run as
@@ -170,8 +171,10 @@ def skip_finished(run_dir: Path, settings: dict[str, Any], steps: int, lib: str,
 def start_run(run_dir: Path, settings: dict[str, Any], lib_versions: dict[str, str | None],
               runtime: dict[str, Any]) -> Path:
     """Fresh start: write ``config.json`` and the header of ``eval.csv`` (a partial one from a
-    killed run is discarded: no checkpoint); returns the path of ``eval.csv``."""
+    killed run without a usable checkpoint is discarded, and so is that checkpoint); returns
+    the path of ``eval.csv``."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CHECKPOINT).unlink(missing_ok=True)
     config = {
         "settings": settings,
         "versions": lib_versions,
@@ -184,6 +187,116 @@ def start_run(run_dir: Path, settings: dict[str, Any], lib_versions: dict[str, s
     with csv_path.open("w", newline="") as f:
         csv.writer(f).writerow(EVAL_HEADER)
     return csv_path
+
+
+# --------------------------------------------------------------------------- checkpoints
+#
+# A peer run keeps one checkpoint, DIR/checkpoint.npz, written (atomically) after each
+# evaluation and deleted when the run ends, so that a killed run continues from its last
+# evaluation instead of from zero. No pickle: every array of the state (parameters, optimizer
+# moments, replay, RNG states) is an entry of the .npz, and the rest of the state (the nesting,
+# counters, dict keys) is a JSON skeleton stored in it as a string.
+
+CHECKPOINT = "checkpoint.npz"
+
+
+def encode_tree(tree: Any, arrays: list[np.ndarray]) -> Any:
+    """The JSON skeleton of ``tree`` (dicts with any keys, lists, tuples, scalars and arrays);
+    each array (a NumPy or JAX array, or a torch tensor, marked as such) is appended to
+    ``arrays`` and stands in the skeleton as its index."""
+    if isinstance(tree, dict):
+        return {"dict": [[encode_tree(k, arrays), encode_tree(v, arrays)] for k, v in tree.items()]}
+    if isinstance(tree, (list, tuple)):
+        kind = "list" if isinstance(tree, list) else "tuple"
+        return {kind: [encode_tree(v, arrays) for v in tree]}
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    if hasattr(tree, "detach"):  # a torch tensor (this module does not import torch)
+        arrays.append(tree.detach().cpu().numpy().copy())  # not a view of a live tensor
+        return {"array": len(arrays) - 1, "torch": True}
+    if isinstance(tree, np.generic) or hasattr(tree, "__array__"):
+        arrays.append(np.asarray(tree))
+        return {"array": len(arrays) - 1}
+    raise TypeError(f"cannot checkpoint a {type(tree).__name__}")
+
+
+def decode_tree(skeleton: Any, arrays: list[np.ndarray],
+                as_tensor: Callable[[np.ndarray], Any] | None = None) -> Any:
+    """The tree that :func:`encode_tree` encoded; arrays marked torch go through
+    ``as_tensor``."""
+    if isinstance(skeleton, dict):
+        if "dict" in skeleton:
+            return {decode_tree(k, arrays, as_tensor): decode_tree(v, arrays, as_tensor)
+                    for k, v in skeleton["dict"]}
+        if "list" in skeleton:
+            return [decode_tree(v, arrays, as_tensor) for v in skeleton["list"]]
+        if "tuple" in skeleton:
+            return tuple(decode_tree(v, arrays, as_tensor) for v in skeleton["tuple"])
+        array = arrays[skeleton["array"]]
+        if skeleton.get("torch"):
+            if as_tensor is None:
+                raise ValueError("the checkpoint holds torch tensors: pass as_tensor")
+            return as_tensor(array)
+        return array
+    return skeleton
+
+
+def save_checkpoint(run_dir: Path, step: int, wall: float, settings: dict[str, Any],
+                    state: dict[str, Any]) -> None:
+    """Write ``state`` (see :func:`encode_tree`) as ``DIR/checkpoint.npz``, atomically: a
+    temporary file renamed over the old one."""
+    arrays: list[np.ndarray] = []
+    skeleton = encode_tree(state, arrays)
+    meta = {"step": step, "wall_time": wall, "settings": settings, "skeleton": skeleton}
+    tmp = run_dir / (CHECKPOINT + ".tmp")
+    with tmp.open("wb") as f:
+        np.savez(f, meta=np.array(json.dumps(meta)),
+                 **{f"a{i}": a for i, a in enumerate(arrays)})
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, run_dir / CHECKPOINT)
+
+
+def load_checkpoint(run_dir: Path, settings: dict[str, Any],
+                    as_tensor: Callable[[np.ndarray], Any] | None = None
+                    ) -> tuple[dict[str, Any], Any] | None:
+    """``(meta, state)`` of the run's checkpoint, or None when there is none or it was written
+    with other settings (then the run starts afresh)."""
+    path = run_dir / CHECKPOINT
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        if meta["settings"] != settings:
+            return None
+        arrays = [z[f"a{i}"] for i in range(len(z.files) - 1)]
+    return meta, decode_tree(meta["skeleton"], arrays, as_tensor)
+
+
+def continue_run(run_dir: Path, step: int) -> tuple[Path, list[float]]:
+    """Resume at the checkpoint's ``step``: ``eval.csv`` keeps its rows up to that step (the
+    later ones, from after the checkpoint, are dropped: the run redoes them) and
+    ``config.json`` records the resumption. Returns the path of ``eval.csv`` and the kept
+    evaluations' means."""
+    csv_path = run_dir / EVAL_CSV
+    rows = [r for r in read_eval_csv(csv_path) if int(r["step"]) <= step]
+    with csv_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(EVAL_HEADER)
+        for r in rows:
+            writer.writerow([int(r["step"]), r["return_mean"], r["return_std"], r["return_se"],
+                             int(r["episodes"]), r["wall_time"]])
+    config_path = run_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config.setdefault("resumed", []).append(
+        {"at_step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv})
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    return csv_path, [r["return_mean"] for r in rows]
+
+
+def end_run(run_dir: Path) -> None:
+    """The run is finished: its checkpoint is no longer needed (eval.csv says it is done)."""
+    (run_dir / CHECKPOINT).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -24,8 +24,10 @@ progress goes to stderr):
     separate evaluation env; episode ``i`` is reset with
     ``seed + 10_000 + i``, so every evaluation sees the same start states.
     Rows are appended (and flushed) to ``DIR/eval.csv`` as they come, so a
-    killed run keeps its partial curve.  If ``DIR/eval.csv`` already holds the
-    final step the run is skipped, so a driver can resume run by run.
+    killed run keeps its partial curve, and after each evaluation the model,
+    its optimizers, the replay and the RNG states are saved (without pickle)
+    to ``DIR/checkpoint.npz``: the same command reruns a killed run from its
+    last evaluation (a new training episode), and skips a finished one.
 
 DDPG configuration, chosen to match the DDPG baseline of the ACE paper
 (Zhang & Yao, 2019), which follows Lillicrap et al. (2016):
@@ -79,6 +81,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -362,19 +365,126 @@ class _EvalCallback(BaseCallback):
         self.seed_base = seed_base
         self.t_start = time.perf_counter()
         self.means: list[float] = []
+        self.wall_offset = 0.0  # the wall time of the run before it was resumed
+        self.checkpoint: Callable[[int, float], None] | None = None
 
     def _on_training_start(self) -> None:
         self.t_start = time.perf_counter()
+
+    def wall(self) -> float:
+        return self.wall_offset + time.perf_counter() - self.t_start
 
     def _on_step(self) -> bool:
         n = self.num_timesteps
         if n % self.eval_every == 0 or n == self.total_steps:
             returns = evaluate(self.model, self.eval_env, self.episodes, self.seed_base)
-            wall = time.perf_counter() - self.t_start
+            wall = self.wall()
             mean, std = pc.record_eval(self.csv_path, n, returns, wall)
             self.means.append(mean)
             pc.log(f"[{n}] return {mean:.1f} +- {std:.1f}  ({wall:.0f}s)")
+            if self.checkpoint is not None and n < self.total_steps:
+                self.checkpoint(n, wall)
         return True
+
+
+# --------------------------------------------------------------------------- checkpoints
+#
+# What a peer model needs to continue (pc.save_checkpoint writes it without pickle): SB3's
+# state dicts (policy with its target networks, the optimizers) and SAC's log entropy
+# coefficient; SBX's flax train states (parameters, targets, optimizer states) and PRNG keys;
+# for both the replay buffer's filled part, the step, update and episode counters, and the
+# NumPy, torch and action-space RNG states. The training env is not saved: a resumed run starts
+# a new episode (SB3 resets the env when learn() starts without a last observation).
+
+_BUFFER_FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+_COUNTERS = ("num_timesteps", "_n_updates", "_episode_num", "_n_calls")
+
+
+def _jax_holders(model: BaseAlgorithm) -> dict[str, Any]:
+    """SBX: the objects whose flax train states and PRNG keys make up its learning state."""
+    return {"model": model, "policy": model.policy}
+
+
+def _is_jax_state(value: Any) -> bool:
+    import jax
+    from flax.training.train_state import TrainState
+
+    return isinstance(value, (TrainState, jax.Array))
+
+
+def model_state(lib: Lib, model: BaseAlgorithm) -> dict[str, Any]:
+    """Everything of ``model`` that a resumed run needs (see above), as a tree of arrays."""
+    rb = model.replay_buffer
+    assert rb is not None
+    filled = rb.buffer_size if rb.full else rb.pos
+    state: dict[str, Any] = {
+        "counters": {k: getattr(model, k) for k in _COUNTERS if hasattr(model, k)},
+        "buffer": {k: getattr(rb, k)[:filled] for k in _BUFFER_FIELDS
+                   if getattr(rb, k, None) is not None},
+        "buffer_pos": rb.pos,
+        "buffer_full": rb.full,
+        "numpy_rng": np.random.get_state(),
+        "action_space_rng": model.action_space.np_random.bit_generator.state,
+        "torch_rng": torch.get_rng_state(),
+    }
+    if lib == "sb3":
+        state["parameters"] = model.get_parameters()
+        if getattr(model, "log_ent_coef", None) is not None:
+            state["log_ent_coef"] = model.log_ent_coef
+    else:
+        from flax import serialization
+
+        state["jax"] = {
+            f"{owner}.{name}": serialization.to_state_dict(value)
+            for owner, obj in _jax_holders(model).items()
+            for name, value in vars(obj).items() if _is_jax_state(value)}
+    return state
+
+
+def restore_model(lib: Lib, model: BaseAlgorithm, state: dict[str, Any]) -> None:
+    """Put ``state`` (from :func:`model_state`) into a freshly built ``model``."""
+    rb = model.replay_buffer
+    assert rb is not None
+    for k, v in state["buffer"].items():
+        getattr(rb, k)[: len(v)] = v
+    rb.pos, rb.full = int(state["buffer_pos"]), bool(state["buffer_full"])
+    for k, v in state["counters"].items():
+        setattr(model, k, int(v))
+    np.random.set_state(state["numpy_rng"])
+    model.action_space.np_random.bit_generator.state = state["action_space_rng"]
+    torch.set_rng_state(state["torch_rng"])
+    if lib == "sb3":
+        model.set_parameters(state["parameters"], exact_match=True, device=model.device)
+        if "log_ent_coef" in state:
+            with torch.no_grad():
+                model.log_ent_coef.copy_(state["log_ent_coef"])
+    else:
+        import jax.numpy as jnp
+        from flax import serialization
+
+        holders = _jax_holders(model)
+        for key, saved in state["jax"].items():
+            owner, name = key.split(".", 1)
+            obj = holders[owner]
+            current = getattr(obj, name)
+            if isinstance(saved, np.ndarray):  # a PRNG key
+                setattr(obj, name, jnp.asarray(saved, dtype=current.dtype))
+            else:
+                restored = serialization.from_state_dict(current, saved)
+                setattr(obj, name, jax_tree_as(restored, current))
+
+
+def jax_tree_as(tree: Any, like: Any) -> Any:
+    """``tree`` with every leaf a JAX array of the dtype of the same leaf of ``like``."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree_util.tree_map(lambda a, b: jnp.asarray(a, dtype=jnp.asarray(b).dtype),
+                                  tree, like)
+
+
+def _as_tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(array))
 
 
 def cmd_learn(args: argparse.Namespace) -> None:
@@ -388,12 +498,22 @@ def cmd_learn(args: argparse.Namespace) -> None:
     if pc.skip_finished(run_dir, settings, args.steps, lib, args.seed):
         return
 
-    # Fresh start (a partial eval.csv from a killed run is discarded: no model checkpoint).
-    csv_path = pc.start_run(run_dir, settings, pc.versions(DISTRIBUTIONS), runtime_info(lib))
-
     env = gym.make(args.env)
     eval_env = gym.make(args.env)
     model = build(args, env, args.warmup, cfg)
+    # A killed run continues from the checkpoint of its last evaluation; otherwise (none, or
+    # one written with other settings) it starts afresh.
+    resumed = pc.load_checkpoint(run_dir, settings, _as_tensor)
+    if resumed is None:
+        csv_path = pc.start_run(run_dir, settings, pc.versions(DISTRIBUTIONS), runtime_info(lib))
+        means: list[float] = []
+        wall_offset, start = 0.0, 0
+    else:
+        meta, state = resumed
+        start, wall_offset = int(meta["step"]), float(meta["wall_time"])
+        csv_path, means = pc.continue_run(run_dir, start)
+        restore_model(lib, model, state)
+        pc.log(f"resuming {run_dir} at step {start} (its checkpoint)")
     callback = _EvalCallback(
         eval_env,
         csv_path,
@@ -402,11 +522,14 @@ def cmd_learn(args: argparse.Namespace) -> None:
         args.steps,
         args.seed + pc.EVAL_SEED_OFFSET,
     )
-    t0 = time.perf_counter()
-    model.learn(total_timesteps=args.steps, callback=callback)
-    seconds = time.perf_counter() - t0
-    pc.emit({**pc.learn_summary(lib, args.seed, callback.means, run_dir, seconds),
-             "skipped": False})
+    callback.means, callback.wall_offset = means, wall_offset
+    callback.checkpoint = lambda step, wall: pc.save_checkpoint(
+        run_dir, step, wall, settings, model_state(lib, model))
+    model.learn(total_timesteps=args.steps - start, callback=callback,
+                reset_num_timesteps=resumed is None)
+    pc.end_run(run_dir)
+    pc.emit({**pc.learn_summary(lib, args.seed, callback.means, run_dir, callback.wall()),
+             "skipped": False, "resumed_at": start or None})
 
 
 # --------------------------------------------------------------------------- CLI

@@ -210,3 +210,23 @@ def test_every_entry_of_ours_parses_as_a_train_command():
     every grid that is ours must parse with `offpolicy train` (peers are skipped)."""
     for suite in learning.SUITES:
         spec.check(learning.bench_suite(suite, "Pendulum-v1", 1000, [0]), envs=False)
+
+
+def test_a_peer_run_with_a_checkpoint_is_continued_and_one_without_restarts(tmp_path):
+    """runner.prepare keeps a peer run's folder when its script left a checkpoint
+    (benchmarks/peers.py resumes from it with the same command) and clears it otherwise."""
+    _, runs = _grid("baselines-peers", tmp_path, "HalfCheetah-v5", 1000, [0],
+                    ["sb3-td3", "sbx-sac"])
+    kept, cleared = runs
+    for run in runs:
+        run.run_dir.mkdir(parents=True)
+        (run.run_dir / "eval.csv").write_text("step,return_mean\n500,1.0\n")
+    (kept.run_dir / runner.PEER_CHECKPOINT).write_bytes(b"npz")
+    command = learning.peer_command("python")
+    for run in runs:
+        assert runner.prepare(run, command) == command(run)
+    assert (kept.run_dir / "eval.csv").exists() and (kept.run_dir / "checkpoint.npz").exists()
+    assert not cleared.run_dir.exists()
+    assert runner.PEER_CHECKPOINT == "checkpoint.npz"  # the name benchmarks/peer_common.py uses
+    assert (Path(learning.__file__).parent / "peer_common.py").read_text().count(
+        'CHECKPOINT = "checkpoint.npz"') == 1

@@ -112,15 +112,20 @@ def current_step(run_dir: Path) -> int:
     return 0
 
 
+# the checkpoint a peer library's run keeps (benchmarks/peer_common.py: CHECKPOINT)
+PEER_CHECKPOINT = "checkpoint.npz"
+
+
 def prepare(run: RunSpec, command_for: Callable[[RunSpec], list[str]] | None = None,
             python: str | None = None) -> list[str]:
     """The command that runs or continues ``run``: ``--resume`` from its checkpoint; a
-    directory without one (stopped before its first checkpoint, or a peer's run) starts
-    again."""
+    directory without one (stopped before its first checkpoint) starts again. A peer's run
+    continues from the checkpoint its script keeps (:data:`PEER_CHECKPOINT`, written by
+    benchmarks/peers.py after each evaluation) with the same command, or starts again."""
     if run.entry.peer:
         if command_for is None:
             raise OffpolicyError(f"{run.label}: peer entries run from benchmarks/learning.py")
-        if run.run_dir.exists():
+        if run.run_dir.exists() and not (run.run_dir / PEER_CHECKPOINT).exists():
             shutil.rmtree(run.run_dir)
         run.run_dir.parent.mkdir(parents=True, exist_ok=True)
         return command_for(run)

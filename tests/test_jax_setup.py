@@ -60,3 +60,13 @@ def test_this_process_runs_with_the_defaults():
     if os.environ.get("OFFPOLICY_XLA_DEFAULTS", "").lower() == "off":
         pytest.skip("the suite runs with OFFPOLICY_XLA_DEFAULTS=off")
     assert "--xla_cpu_experimental_ynn_fusion_type=" in os.environ.get("XLA_FLAGS", "")
+
+
+def test_the_cache_keeps_every_compile_the_short_ones_too():
+    """configure_jax (run by conftest.py) caches compiles of any length: building an agent runs
+    some forty short eager computations, which each process would otherwise compile again."""
+    import jax
+
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0
+    assert jax.config.jax_persistent_cache_min_entry_size_bytes == 0
+    assert jax.config.jax_compilation_cache_dir == os.environ["OFFPOLICY_CACHE_DIR"]

@@ -23,9 +23,10 @@ BIN = Path(sys.executable).parent
 
 # what replaces a command's own budget: one evaluation of one episode, one checkpoint; 400 steps
 # is past every default batch size (V-RACER's 256) and a multiple of every line's step
-# granularity (ACER's paper-atari: 16 env copies; 2 collectors: chunks of 50)
+# granularity (ACER's paper-atari: 16 env copies; 2 collectors: chunks of 50); updates start
+# after 300 random steps, so each line runs its update 100 times, not 336 (ACE's cost)
 SMALL = {"--steps": "400", "--eval-every": "400", "--checkpoint-every": "400",
-         "--eval-episodes": "1", "--log-every": "200"}
+         "--eval-episodes": "1", "--log-every": "200", "--warmup-steps": "300"}
 SMALL_BENCH = {"--bench-steps": "100", "--bench-warmup": "100", "--rounds": "1"}
 
 

@@ -1,6 +1,6 @@
 """Learning checks: fixed seed, the issue's budget, a threshold from the papers' peers.
 
-DDPG on Pendulum-v1 runs in the default suite (about a minute): 20k steps must reach a final
+DDPG on Pendulum-v1 runs in the default suite (2-3 minutes): 20k steps must reach a final
 evaluation return >= -200 (SB3 zoo reports -152 at 20k). The ACE family checks take several
 minutes each and are marked slow (`make test-slow`): final return >= -250 after 20k steps.
 The ReF-ER family (slow): NAF and DDPG with ReF-ER on Pendulum-v1 (30k steps, >= -250),

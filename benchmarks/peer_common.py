@@ -279,13 +279,12 @@ def continue_run(run_dir: Path, step: int) -> tuple[Path, list[float]]:
     ``config.json`` records the resumption. Returns the path of ``eval.csv`` and the kept
     evaluations' means."""
     csv_path = run_dir / EVAL_CSV
-    rows = [r for r in read_eval_csv(csv_path) if int(r["step"]) <= step]
-    with csv_path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(EVAL_HEADER)
-        for r in rows:
-            writer.writerow([int(r["step"]), r["return_mean"], r["return_std"], r["return_se"],
-                             int(r["episodes"]), r["wall_time"]])
+    # the kept rows as record_eval wrote them; only their step is read (a row cut short by the
+    # kill comes after the checkpoint's, which is written after its own row)
+    header, *lines = csv_path.read_text().splitlines()
+    kept = [ln for ln in lines if ln and int(ln.split(",", 1)[0]) <= step]
+    csv_path.write_text("\n".join([header, *kept]) + "\n")
+    rows = read_eval_csv(csv_path)
     config_path = run_dir / "config.json"
     config = json.loads(config_path.read_text())
     config.setdefault("resumed", []).append(

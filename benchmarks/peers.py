@@ -355,6 +355,10 @@ class _EvalCallback(BaseCallback):
         episodes: int,
         total_steps: int,
         seed_base: int,
+        *,
+        means: list[float] | None = None,
+        wall_offset: float = 0.0,
+        checkpoint: Callable[[int, float], None] | None = None,
     ) -> None:
         super().__init__(verbose=0)
         self.eval_env = eval_env
@@ -364,9 +368,9 @@ class _EvalCallback(BaseCallback):
         self.total_steps = total_steps
         self.seed_base = seed_base
         self.t_start = time.perf_counter()
-        self.means: list[float] = []
-        self.wall_offset = 0.0  # the wall time of the run before it was resumed
-        self.checkpoint: Callable[[int, float], None] | None = None
+        self.means: list[float] = list(means or [])  # a resumed run's earlier evaluations
+        self.wall_offset = wall_offset  # the wall time of the run before it was resumed
+        self.checkpoint = checkpoint  # called after each evaluation but the last
 
     def _on_training_start(self) -> None:
         self.t_start = time.perf_counter()
@@ -521,10 +525,11 @@ def cmd_learn(args: argparse.Namespace) -> None:
         args.eval_episodes,
         args.steps,
         args.seed + pc.EVAL_SEED_OFFSET,
+        means=means,
+        wall_offset=wall_offset,
+        checkpoint=lambda step, wall: pc.save_checkpoint(
+            run_dir, step, wall, settings, model_state(lib, model)),
     )
-    callback.means, callback.wall_offset = means, wall_offset
-    callback.checkpoint = lambda step, wall: pc.save_checkpoint(
-        run_dir, step, wall, settings, model_state(lib, model))
     model.learn(total_timesteps=args.steps - start, callback=callback,
                 reset_num_timesteps=resumed is None)
     pc.end_run(run_dir)

@@ -2,6 +2,7 @@
 .report) and its cross-session restore of finished runs."""
 
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -230,3 +231,20 @@ def test_a_peer_run_with_a_checkpoint_is_continued_and_one_without_restarts(tmp_
     assert runner.PEER_CHECKPOINT == "checkpoint.npz"  # the name benchmarks/peer_common.py uses
     assert (Path(learning.__file__).parent / "peer_common.py").read_text().count(
         'CHECKPOINT = "checkpoint.npz"') == 1
+
+
+def test_a_resumed_peer_run_keeps_its_evaluations_up_to_the_checkpoint(tmp_path, monkeypatch):
+    """benchmarks/peer_common.continue_run: the rows after the checkpoint's step go (the run
+    redoes them), the earlier ones stay as written, config.json records the resumption."""
+    monkeypatch.syspath_prepend(str(Path(learning.__file__).parent))
+    import peer_common as pc
+
+    rows = ["200,-1.5,0.25,0.125,4,10.5", "400,-1.25,0.5,0.25,4,21.0",
+            "600,-1.0,0.5,0.25,4,31.5"]
+    (tmp_path / "eval.csv").write_text("\n".join([",".join(pc.EVAL_HEADER), *rows]) + "\n")
+    (tmp_path / "config.json").write_text('{"settings": {}}')
+    csv_path, means = pc.continue_run(tmp_path, 400)
+    assert csv_path.read_text().splitlines()[1:] == rows[:2]
+    assert means == [-1.5, -1.25]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert [r["at_step"] for r in config["resumed"]] == [400]

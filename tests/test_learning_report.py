@@ -13,6 +13,7 @@ from offpolicy.suites import runner, spec  # noqa: E402
 from offpolicy.suites.report import (  # noqa: E402
     final_comparisons,
     restore_finished,
+    sample_efficiency,
     seed_ranges,
     seeds_line,
     write_report,
@@ -194,6 +195,26 @@ def test_comparisons_over_the_whole_curve(tmp_path):
     assert final.lstrip().startswith("Final return") and float(row(final)[2]) == 100.0 - 10.0
     assert curve.lstrip().startswith("Mean return over evaluations")
     assert float(row(curve)[2]) == (50 + 60 + 55) / 3 - (0 + 15 + 15) / 3
+
+
+def test_sample_efficiency_against_hand_numbers(tmp_path):
+    """Runs reaching the threshold, their first step reaching it (mean +- s.e.) and each
+    run's mean over its evaluations; one run has no standard error and says so."""
+    groups = {"a": [], "b": [], "c": []}
+    for entry, seed, curve in [("a", 0, [-900, -150, -120]), ("a", 1, [-800, -700, -190]),
+                               ("b", 0, [-900, -900, -900]), ("c", 0, [-300, -100, -100])]:
+        d = tmp_path / entry / f"s{seed}"
+        _fake_run(d, [(5000 * (i + 1), r) for i, r in enumerate(curve)], [(5000, 0.1)])
+        groups[entry].append(d)
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in sample_efficiency(groups, -200).splitlines() if line.startswith("| ")]
+    assert rows[0][1] == "runs reaching -200"
+    a, b, c = rows[1:]
+    means = [(-900 - 150 - 120) / 3, (-800 - 700 - 190) / 3]
+    se = abs(means[0] - means[1]) / 2  # s.e. of two values: |x - y| / 2
+    assert a == ["a", "2 / 2", "12500 ± 2500", f"{sum(means) / 2:.0f} ± {se:.0f}"]
+    assert b == ["b", "0 / 1", "not reached", "-900 (1 run)"]
+    assert c == ["c", "1 / 1", "10000 (1 run)", "-167 (1 run)"]
 
 
 def test_rows_with_different_seeds_say_which():

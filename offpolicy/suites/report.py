@@ -127,10 +127,11 @@ def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:
     evaluations (mean +- s.e. over runs)."""
     from offpolicy.plotting import read_eval
 
-    def mse(x):
+    def mse(x):  # one run has no standard error (the tables above say "(1 run)" too)
         x = np.asarray(x, float)
-        se = x.std(ddof=1) / np.sqrt(len(x)) if len(x) > 1 else 0.0
-        return f"{x.mean():.0f} ± {se:.0f}"
+        if len(x) == 1:
+            return f"{x[0]:.0f} (1 run)"
+        return f"{x.mean():.0f} ± {x.std(ddof=1) / np.sqrt(len(x)):.0f}"
 
     lines = ["", f"Sample efficiency: the first evaluation with return >= {threshold:g}, and "
              "the mean return over all evaluations (area under the curve over its length).",

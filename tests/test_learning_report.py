@@ -194,6 +194,9 @@ def test_comparisons_over_the_whole_curve(tmp_path):
     row = lambda text: [c.strip() for c in text.strip().splitlines()[-1].strip("|").split("|")]  # noqa: E731
     assert final.lstrip().startswith("Final return") and float(row(final)[2]) == 100.0 - 10.0
     assert curve.lstrip().startswith("Mean return over evaluations")
+    assert "one pair tested)" in final and "Bonferroni" not in final  # nothing to correct
+    two = final_comparisons(groups, [("a", "b"), ("b", "a")])
+    assert "2 pairs tested, so p < 0.025 holds them all at 0.05 together, Bonferroni" in two
     assert float(row(curve)[2]) == (50 + 60 + 55) / 3 - (0 + 15 + 15) / 3
 
 

@@ -113,9 +113,10 @@ def final_comparisons(groups: dict[str, list[Path]], pairs, over_curve: bool = F
     if not rows:
         return ""
     what = "Mean return over evaluations" if over_curve else "Final return"
+    multiple = (f"{len(rows)} pairs tested, so p < {0.05 / len(rows):.3g} holds them all at 0.05 "
+                "together, Bonferroni" if len(rows) > 1 else "one pair tested")
     return "\n".join(["", f"{what}, differences of means (Welch's t-test, two-sided, and "
-                      f"its 95% interval; {len(rows)} pairs tested, so p < {0.05 / len(rows):.3g} "
-                      "holds them all at 0.05 together, Bonferroni):", "",
+                      f"its 95% interval; {multiple}):", "",
                       "| difference | runs | mean difference | t | df | p | 95% interval "
                       "| up to step |",
                       "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"

@@ -1,0 +1,199 @@
+"""Our TD3 update against SB3's, step by step, from the same weights on the same batches.
+
+    .venv-bench/bin/python benchmarks/update_parity.py [--updates 8] [--out-dir DIR]
+
+Run in the bench venv (``make bench-venv``: SB3 and torch) with this checkout on the path (the
+script puts it there). Both agents start from SB3's initial weights (copied into ours), see
+the same replay batches (random HalfCheetah-v5-shaped transitions, a quarter of them terminal)
+and run ``--updates`` updates; after each, the largest absolute difference of every parameter
+group (actor, critics, their targets) and of the critic loss is recorded. The target policy
+smoothing noise is drawn from each library's own generator, so it is set to zero here (its
+formula, Eq. 14, is unit-tested: tests/test_td3.py); everything else runs as configured by
+``--preset sb3`` and SB3's defaults (benchmarks/peers.py). A difference at float32 rounding
+(~1e-6 relative) means the two updates compute the same function; a larger one names the
+group where they part.
+
+This is the check behind issue 33's ablation: if the updates agree, a difference in learning
+lies in the loop (exploration, warm-up, replay sampling, evaluation), not in the update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+OBS_DIM, ACT_DIM, BATCH = 17, 6, 256  # HalfCheetah-v5
+OFF = 1e-5  # 1% of one Adam step at learning rate 1e-3
+
+
+def sb3_model(seed: int):
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.logger import configure
+
+    torch.manual_seed(seed)
+    env = gym.make("HalfCheetah-v5")
+    model = TD3("MlpPolicy", env, learning_rate=1e-3, batch_size=BATCH, tau=0.005, gamma=0.99,
+                policy_delay=2, target_policy_noise=0.0, target_noise_clip=0.5,
+                policy_kwargs=dict(net_arch=[400, 300]), seed=seed, device="cpu")
+    model.set_logger(configure(None, []))
+    return model
+
+
+def ours_agent():
+    from offpolicy import registry
+    from offpolicy.envs.make import action_spec, make_env
+    from offpolicy.training.build import build_agent
+
+    run = registry.resolve("td3", preset="sb3", train_overrides={"env": "HalfCheetah-v5"},
+                           agent_overrides={"policy_noise": 0.0})
+    env = make_env("HalfCheetah-v5", 0)
+    spec = action_spec(env)
+    env.close()
+    return build_agent(run, (OBS_DIM,), spec)
+
+
+def linear(layer) -> tuple[np.ndarray, np.ndarray]:
+    return layer.weight.detach().numpy().T.copy(), layer.bias.detach().numpy().copy()
+
+
+def torch_to_ours(model, template: dict) -> dict:
+    """SB3's actor and twin critics as our parameter trees (same structure as ``template``)."""
+    import jax
+
+    actor = [linear(m) for m in model.actor.mu if hasattr(m, "weight")]
+    critics = [[linear(m) for m in q if hasattr(m, "weight")] for q in model.critic.q_networks]
+    a_tpl, c_tpl = template["actor"], template["critic"]
+    a = jax.tree_util.tree_map(np.asarray, a_tpl)
+    (mlp_name,) = a.keys()
+    for i, (w, b) in enumerate(actor):
+        a[mlp_name][f"Dense_{i}"] = {"kernel": w, "bias": b}
+    c = jax.tree_util.tree_map(np.asarray, c_tpl)
+    # the fused first layer: critic i's columns i*h:(i+1)*h of one [in, 2h] kernel
+    first = [q[0] for q in critics]
+    c["Dense_0"] = {"kernel": np.concatenate([w for w, _ in first], axis=1),
+                    "bias": np.concatenate([b for _, b in first])}
+    (vm_name,) = [k for k in c if k != "Dense_0"]
+    for i in range(1, len(critics[0])):
+        c[vm_name][f"Dense_{i - 1}"] = {
+            "kernel": np.stack([q[i][0] for q in critics]),
+            "bias": np.stack([q[i][1] for q in critics])}
+    for x, y in zip(jax.tree_util.tree_leaves(c), jax.tree_util.tree_leaves(c_tpl)):
+        assert x.shape == y.shape, (x.shape, y.shape)
+    return {"actor": a, "critic": c}
+
+
+def diff(ours: dict, theirs: dict) -> tuple[float, float]:
+    """(largest absolute difference, fraction of coordinates off by more than ``OFF``)."""
+    import jax
+
+    d = np.concatenate([np.abs(np.asarray(x) - np.asarray(y)).ravel() for x, y in zip(
+        jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs))])
+    return float(d.max()), float(np.mean(d > OFF))
+
+
+def batches(rng: np.random.Generator, n: int) -> list[dict[str, np.ndarray]]:
+    out = []
+    for _ in range(n):
+        done = (rng.random(BATCH) < 0.25).astype(np.float32)
+        out.append({"obs": rng.normal(size=(BATCH, OBS_DIM)).astype(np.float32),
+                    "action": rng.uniform(-1, 1, (BATCH, ACT_DIM)).astype(np.float32),
+                    "reward": rng.normal(size=BATCH).astype(np.float32),
+                    "next_obs": rng.normal(size=(BATCH, OBS_DIM)).astype(np.float32),
+                    "discount": 1.0 - done})
+    return out
+
+
+def compare(dtype: str, updates: int, seed: int) -> list[dict]:
+    """Rows of per-update differences between ours and SB3 computing in ``dtype``."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from stable_baselines3.common import policies as sb3_policies
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+    wide = dtype == "float64"
+    jax.config.update("jax_enable_x64", wide)
+    np_dtype = np.float64 if wide else np.float32
+    model = sb3_model(seed)
+    if wide:  # SB3 casts observations to float32 (preprocess_obs): keep them as given
+        sb3_policies.preprocess_obs = lambda obs, space, normalize_images=True: obs
+        for m in (model.actor, model.actor_target, model.critic, model.critic_target):
+            m.double()  # in place: the optimizers keep their parameters
+    agent = ours_agent()
+    state = agent.init(jax.random.PRNGKey(seed))
+
+    def cast(tree):
+        return jax.tree_util.tree_map(
+            lambda x: jnp.asarray(x, np_dtype) if jnp.issubdtype(jnp.asarray(x).dtype,
+                                                                 jnp.floating) else x, tree)
+
+    params = cast(torch_to_ours(model, state["params"]))
+    state = cast({**state, "params": params, "target": params,
+                  "actor_opt": agent.actor_opt.init(params["actor"]),
+                  "critic_opt": agent.critic_opt.init(params["critic"])})
+    update = jax.jit(agent.update)
+
+    def theirs() -> dict:
+        shadow = type("M", (), {})()
+        shadow.actor = type("A", (), {"mu": model.actor_target.mu})()
+        shadow.critic = type("C", (), {"q_networks": model.critic_target.q_networks})()
+        return {"params": torch_to_ours(model, params), "target": torch_to_ours(shadow, params)}
+
+    groups = (("actor", "params", "actor"), ("critics", "params", "critic"),
+              ("actor_target", "target", "actor"), ("critic_targets", "target", "critic"))
+    rows = []
+    a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
+    for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
+        b = {k: v.astype(np_dtype) for k, v in b.items()}
+        sample = ReplayBufferSamples(
+            torch.as_tensor(b["obs"]), torch.as_tensor(b["action"]),
+            torch.as_tensor(b["next_obs"]), torch.as_tensor(1.0 - b["discount"])[:, None],
+            torch.as_tensor(b["reward"])[:, None])
+        model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
+        model.train(gradient_steps=1, batch_size=BATCH)
+        sb3_loss = float(model.logger.name_to_value["train/critic_loss"])
+        state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()},
+                                   jax.random.PRNGKey(i))
+        t = theirs()
+        row = {"dtype": dtype, "update": i, "critic_loss_ours": float(metrics["critic_loss"]),
+               "critic_loss_sb3": sb3_loss,
+               "actor_moved": diff(state["params"]["actor"], a0)[0]}
+        for name, part, net in groups:
+            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part][net], t[part][net])
+        rows.append(row)
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--updates", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtypes", nargs="+", choices=("float64", "float32"),
+                   default=["float64", "float32"])
+    p.add_argument("--out-dir", type=Path, default=None)
+    a = p.parse_args()
+    rows = [r for d in a.dtypes for r in compare(d, a.updates, a.seed)]
+    keys = list(rows[0])
+    print(", ".join(keys))
+    for r in rows:
+        print(", ".join(f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys))
+    if a.out_dir is not None:
+        a.out_dir.mkdir(parents=True, exist_ok=True)
+        with open(a.out_dir / "update_parity_td3.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -263,6 +263,23 @@ def peer_command(peers_python: str):
     return command
 
 
+def canonical_args(argv: list[str]) -> list[str]:
+    """``argv`` without the flags that choose what one driver does rather than the grid:
+    --report-only, --include-running and --entries with its names."""
+    out, skipping = [], False
+    for x in argv:
+        if x.startswith("--entries="):
+            continue
+        if x.startswith("--"):
+            skipping = x == "--entries"
+            if skipping or x in ("--report-only", "--include-running"):
+                continue
+        elif skipping:
+            continue
+        out.append(x)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", choices=list(SUITES), required=True)
@@ -290,14 +307,22 @@ def main() -> int:
     # one grid per (suite, env): HalfCheetah-v5 keeps the suite's plain name
     name = a.suite if a.env == "HalfCheetah-v5" else f"{a.suite}_{a.env.replace('/', '_')}"
     root = a.runs_root / name
-    runs = runner.plan(suite, lambda env, entry, seed: root / entry / f"s{seed}")
+
+    def layout(env, entry, seed):
+        return root / entry / f"s{seed}"
+
+    runs = runner.plan(suite, layout)
+    # the report covers the whole grid: with --entries, the other entries' finished runs
+    # (another driver's, or restored from the committed CSVs) keep their rows
+    full = bench_suite(a.suite, a.env, a.steps, a.seeds, None, a.eval_every)
+    grid = runner.plan(full, layout) if a.entries else runs
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    # the command that runs the grid: --report-only redraws a report under its canonical
-    # command after several drivers shared the runs
-    command = "python benchmarks/learning.py " + " ".join(
-        x for x in sys.argv[1:] if x not in ("--report-only", "--include-running"))
+    # the command that runs the grid (without --entries, which picks what this driver runs):
+    # --report-only redraws a report under its canonical command after several drivers
+    # shared the runs
+    command = "python benchmarks/learning.py " + " ".join(canonical_args(sys.argv[1:]))
     stem, title = f"learning_{name}", f"Learning benchmark: {a.suite} on {a.env}"
-    restored = restore_finished(runs, a.out_dir, stem)
+    restored = restore_finished(grid, a.out_dir, stem)
     if restored:
         print(f"restored from {a.out_dir}: {', '.join(restored)}", file=sys.stderr)
 
@@ -308,7 +333,7 @@ def main() -> int:
         with open(a.out_dir / f"{stem}.log", "a") as log:
             print(lines[-1] if lines else f"[{time.strftime('%H:%M:%S')}] {run.label}",
                   file=log)
-        write_report(suite, runs, a.out_dir, stem, command, title=title)
+        write_report(full, grid, a.out_dir, stem, command, title=title)
 
     if not a.report_only:
         outcome = runner.run_local(runs, a.jobs, peer_command(a.peers_python),
@@ -317,11 +342,11 @@ def main() -> int:
             print(f"failed: {run.label}: {why}", file=sys.stderr)
         if outcome.stopped or outcome.failed:
             if not outcome.stopped:
-                write_report(suite, runs, a.out_dir, stem, command, title=title)
+                write_report(full, grid, a.out_dir, stem, command, title=title)
             return outcome.exit_code()
     if a.include_running:
         stem, title = stem + "_partial", title + " (runs in progress included)"
-    print(write_report(suite, runs, a.out_dir, stem, command, title=title,
+    print(write_report(full, grid, a.out_dir, stem, command, title=title,
                        include_running=a.include_running))
     print(json.dumps({"runs_root": str(root)}))
     return 0

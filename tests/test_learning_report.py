@@ -272,3 +272,24 @@ def test_a_resumed_peer_run_keeps_its_evaluations_up_to_the_checkpoint(tmp_path,
     assert means == [-1.5, -1.25]
     config = json.loads((tmp_path / "config.json").read_text())
     assert [r["at_step"] for r in config["resumed"]] == [400]
+
+
+def test_a_driver_of_some_entries_keeps_the_other_entries_rows(tmp_path, monkeypatch, capsys):
+    """Two drivers share a grid (say, the DDPG entries here and the ACE ones on a GPU machine):
+    the report of the one that runs a subset still holds every finished run, under the grid's
+    command (without --entries)."""
+    root, out = tmp_path / "runs", tmp_path / "results"
+    grid = root / "refer-pendulum_Pendulum-v1"
+    _fake_run(grid / "naf" / "s0", [(10, -500.0), (20, -150.0)], [(10, 0.3), (20, 0.2)])
+    _fake_run(grid / "ddpg-refer" / "s0", [(10, -400.0), (20, -90.0)], [(10, 0.1), (20, 0.1)])
+    monkeypatch.setattr(sys, "argv", [
+        "learning.py", "--suite", "refer-pendulum", "--env", "Pendulum-v1", "--steps", "20",
+        "--seeds", "0", "--entries", "ddpg-refer", "--runs-root", str(root), "--out-dir", str(out),
+        "--report-only"])
+    assert learning.main() == 0
+    text = (out / "learning_refer-pendulum_Pendulum-v1.md").read_text()
+    assert "| naf | 1 | 20 |" in text and "| ddpg-refer | 1 | 20 |" in text
+    assert "--entries" not in text and "--seeds 0 --runs-root" in text
+    assert learning.canonical_args(["--suite", "x", "--entries", "a", "b", "--jobs", "2",
+                                    "--entries=c", "--report-only"]) == \
+        ["--suite", "x", "--jobs", "2"]

@@ -1,17 +1,18 @@
 """Our TD3 update against SB3's, step by step, from the same weights on the same batches.
 
-    .venv-bench/bin/python benchmarks/update_parity.py [--updates 8] [--out-dir DIR]
+    .venv-bench/bin/python benchmarks/update_parity.py [--updates 20] [--dtypes float64 float32] [--out-dir DIR]
 
 Run in the bench venv (``make bench-venv``: SB3 and torch) with this checkout on the path (the
 script puts it there). Both agents start from SB3's initial weights (copied into ours), see
 the same replay batches (random HalfCheetah-v5-shaped transitions, a quarter of them terminal)
-and run ``--updates`` updates; after each, the largest absolute difference of every parameter
-group (actor, critics, their targets) and of the critic loss is recorded. The target policy
-smoothing noise is drawn from each library's own generator, so it is set to zero here (its
-formula, Eq. 14, is unit-tested: tests/test_td3.py); everything else runs as configured by
-``--preset sb3`` and SB3's defaults (benchmarks/peers.py). A difference at float32 rounding
-(~1e-6 relative) means the two updates compute the same function; a larger one names the
-group where they part.
+and run ``--updates`` updates, in float64 and in float32; after each, the CSV records both
+critic losses and, per parameter group (actor, critics, their targets), the largest absolute
+difference and the share of coordinates off by more than 1e-5. The target policy smoothing
+noise is drawn from each library's own generator, so it is set to zero here (its formula,
+Eq. 14, is unit-tested in tests/test_td3_sac_dqn.py); everything else runs as ``--preset sb3``
+and SB3's defaults configure it (benchmarks/peers.py). In float64 a difference at rounding
+(~1e-14) means the two updates compute the same function; float32 runs part through rounding
+at the ReLUs' kinks (results/update_parity_td3.md).
 
 This is the check behind issue 33's ablation: if the updates agree, a difference in learning
 lies in the loop (exploration, warm-up, replay sampling, evaluation), not in the update.

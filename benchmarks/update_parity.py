@@ -1,6 +1,6 @@
 """Our TD3 update against SB3's, step by step, from the same weights on the same batches.
 
-    .venv-bench/bin/python benchmarks/update_parity.py [--updates 20] [--dtypes float64 float32] [--out-dir DIR]
+    .venv-bench/bin/python benchmarks/update_parity.py [--updates 20] [--out-dir DIR]
 
 Run in the bench venv (``make bench-venv``: SB3 and torch) with this checkout on the path (the
 script puts it there). Both agents start from SB3's initial weights (copied into ours), see

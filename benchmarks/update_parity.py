@@ -66,12 +66,13 @@ def linear(layer) -> tuple[np.ndarray, np.ndarray]:
     return layer.weight.detach().numpy().T.copy(), layer.bias.detach().numpy().copy()
 
 
-def torch_to_ours(model, template: dict) -> dict:
-    """SB3's actor and twin critics as our parameter trees (same structure as ``template``)."""
+def torch_to_ours(mu, q_networks, template: dict) -> dict:
+    """SB3's actor (``mu``, its layers) and twin critics (``q_networks``) as our parameter
+    trees (same structure as ``template``): the online networks or the targets."""
     import jax
 
-    actor = [linear(m) for m in model.actor.mu if hasattr(m, "weight")]
-    critics = [[linear(m) for m in q if hasattr(m, "weight")] for q in model.critic.q_networks]
+    actor = [linear(m) for m in mu if hasattr(m, "weight")]
+    critics = [[linear(m) for m in q if hasattr(m, "weight")] for q in q_networks]
     a_tpl, c_tpl = template["actor"], template["critic"]
     a = jax.tree_util.tree_map(np.asarray, a_tpl)
     (mlp_name,) = a.keys()
@@ -137,17 +138,16 @@ def compare(dtype: str, updates: int, seed: int) -> list[dict]:
             lambda x: jnp.asarray(x, np_dtype) if jnp.issubdtype(jnp.asarray(x).dtype,
                                                                  jnp.floating) else x, tree)
 
-    params = cast(torch_to_ours(model, state["params"]))
+    params = cast(torch_to_ours(model.actor.mu, model.critic.q_networks, state["params"]))
     state = cast({**state, "params": params, "target": params,
                   "actor_opt": agent.actor_opt.init(params["actor"]),
                   "critic_opt": agent.critic_opt.init(params["critic"])})
     update = jax.jit(agent.update)
 
     def theirs() -> dict:
-        shadow = type("M", (), {})()
-        shadow.actor = type("A", (), {"mu": model.actor_target.mu})()
-        shadow.critic = type("C", (), {"q_networks": model.critic_target.q_networks})()
-        return {"params": torch_to_ours(model, params), "target": torch_to_ours(shadow, params)}
+        return {"params": torch_to_ours(model.actor.mu, model.critic.q_networks, params),
+                "target": torch_to_ours(model.actor_target.mu, model.critic_target.q_networks,
+                                        params)}
 
     groups = (("actor", "params", "actor"), ("critics", "params", "critic"),
               ("actor_target", "target", "actor"), ("critic_targets", "target", "critic"))

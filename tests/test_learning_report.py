@@ -274,7 +274,7 @@ def test_a_resumed_peer_run_keeps_its_evaluations_up_to_the_checkpoint(tmp_path,
     assert [r["at_step"] for r in config["resumed"]] == [400]
 
 
-def test_a_driver_of_some_entries_keeps_the_other_entries_rows(tmp_path, monkeypatch, capsys):
+def test_a_driver_of_some_entries_keeps_the_other_entries_rows(tmp_path, monkeypatch):
     """Two drivers share a grid (say, the DDPG entries here and the ACE ones on a GPU machine):
     the report of the one that runs a subset still holds every finished run, under the grid's
     command (without --entries)."""

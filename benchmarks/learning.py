@@ -52,6 +52,9 @@ SUITES = {
     # issue 33: our TD3 and SAC with SB3's defaults (--preset sb3) against SB3's and SBX's
     # (benchmarks/peers.py --algo td3|sac; HalfCheetah-v5 and Hopper-v5, 100k steps, 5 seeds)
     "baselines-peers": ["td3-sb3", "sb3-td3", "sbx-td3", "sac-sb3", "sb3-sac", "sbx-sac"],
+    # issue 33's loop ablation: SB3's TD3 loop driving our jitted update, from SB3's initial
+    # weights and from ours (benchmarks/hybrid.py; HalfCheetah-v5, 40k steps, 5 seeds)
+    "td3-loop-ablation": ["td3-sb3", "sb3-td3", "sb3-td3-ourupdate", "sb3-td3-ourupdate-ourinit"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -200,6 +203,9 @@ SUITE_COMPARISONS = {
                     ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg"),
                     # what SB3's learning rate and init cost on top of the action at the input
                     ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
+    "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3"), ("sb3-td3-ourupdate", "td3-sb3"),
+                          ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourupdate"),
+                          ("td3-sb3", "sb3-td3")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],
@@ -216,6 +222,11 @@ SUITE_COMPARISONS = {
 
 
 PEER_PREFIXES = ("sb3-", "sbx-", "pfrl-")  # entries run by a peer library's script
+# peer entries with flags of benchmarks/peers.py (name -> library, algorithm, flags)
+PEER_VARIANTS = {
+    "sb3-td3-ourupdate": ("sb3", "td3", ("--update", "ours")),
+    "sb3-td3-ourupdate-ourinit": ("sb3", "td3", ("--update", "ours", "--init", "ours")),
+}
 
 
 def is_peer(entry: str) -> bool:
@@ -226,6 +237,10 @@ def entry_of(name: str) -> Entry:
     """A grid's entry: one of our algorithms with its flags, or a peer library's script."""
     if name.startswith("pfrl-"):
         return Entry(name, "acer", peer="pfrl", note="benchmarks/peers_pfrl.py (PFRL 0.4.0)")
+    if name in PEER_VARIANTS:
+        lib, algo, flags = PEER_VARIANTS[name]
+        return Entry(name, algo, flags, peer=lib, note=" ".join(
+            ["benchmarks/peers.py --lib", lib, "--algo", algo, *flags]))
     if name.startswith(("sb3-", "sbx-")):
         algo = name[4:]  # sb3-td3 -> td3
         return Entry(name, algo, peer=name[:3],
@@ -258,7 +273,7 @@ def peer_command(peers_python: str):
         # DDPG: the ACE protocol's one batch of random steps; TD3 and SAC: SB3's 100
         warmup = "64" if run.entry.algo == "ddpg" else "100"
         return [peers_python, str(HERE / "peers.py"), "learn", "--lib", run.entry.peer,
-                "--algo", run.entry.algo, *common, "--warmup", warmup]
+                "--algo", run.entry.algo, *run.entry.flags, *common, "--warmup", warmup]
 
     return command
 

@@ -300,6 +300,8 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     lib: Lib = args.lib
     steps: int = args.steps
     warmup: int = args.warmup
+    if args.update != "own" or args.init != "own":
+        raise SystemExit("--update and --init apply to learn only")
     if steps <= 0 or warmup < 0:
         raise SystemExit("--steps must be > 0 and --warmup >= 0")
     # Skip the first updates (XLA compilation for SBX) for the steady-state rate.
@@ -498,13 +500,30 @@ def cmd_learn(args: argparse.Namespace) -> None:
     if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0:
         raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0")
 
+    hybrid_update = args.update == "ours"
+    if hybrid_update and (lib != "sb3" or args.algo != "td3"):
+        raise SystemExit("--update ours is defined for --lib sb3 --algo td3 only")
+    if args.init != "own" and not hybrid_update:
+        raise SystemExit("--init ours needs --update ours (SB3's own update keeps its init)")
     settings = pc.learn_settings(lib, args.algo, args, asdict(cfg))
+    if hybrid_update:  # recorded only then: plain runs keep the settings they had
+        settings.update(update=args.update, init=args.init)
     if pc.skip_finished(run_dir, settings, args.steps, lib, args.seed):
         return
 
     env = gym.make(args.env)
     eval_env = gym.make(args.env)
     model = build(args, env, args.warmup, cfg)
+    hybrid = None
+    if hybrid_update:
+        from hybrid import OurUpdate
+
+        hybrid = OurUpdate(model, args.env, args.seed, args.init)
+
+    def full_state() -> dict[str, Any]:
+        state = model_state(lib, model)
+        return state if hybrid is None else {**state, "ours": hybrid.state_tree()}
+
     # A killed run continues from the checkpoint of its last evaluation; otherwise (none, or
     # one written with other settings) it starts afresh.
     resumed = pc.load_checkpoint(run_dir, settings, _as_tensor)
@@ -517,6 +536,8 @@ def cmd_learn(args: argparse.Namespace) -> None:
         start, wall_offset = int(meta["step"]), float(meta["wall_time"])
         csv_path, means = pc.continue_run(run_dir, start)
         restore_model(lib, model, state)
+        if hybrid is not None:
+            hybrid.restore(state["ours"])
         pc.log(f"resuming {run_dir} at step {start} (its checkpoint)")
     callback = _EvalCallback(
         eval_env,
@@ -528,7 +549,7 @@ def cmd_learn(args: argparse.Namespace) -> None:
         means=means,
         wall_offset=wall_offset,
         checkpoint=lambda step, wall: pc.save_checkpoint(
-            run_dir, step, wall, settings, model_state(lib, model)),
+            run_dir, step, wall, settings, full_state()),
     )
     model.learn(total_timesteps=args.steps - start, callback=callback,
                 reset_num_timesteps=resumed is None)
@@ -546,6 +567,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--algo", choices=("ddpg", *BASELINES), default="ddpg")
         p.add_argument("--env", default="HalfCheetah-v5")
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--update", choices=("own", "ours"), default="own",
+                       help="learn only, --lib sb3 --algo td3: 'ours' runs our jitted TD3 "
+                       "update inside SB3's loop (benchmarks/hybrid.py, issue 33's ablation)")
+        p.add_argument("--init", choices=("own", "ours"), default="own",
+                       help="with --update ours: start from SB3's initial weights (own) or "
+                       "from our initialiser (ours)")
 
     return pc.build_parser(
         __doc__,

@@ -49,17 +49,19 @@ def sb3_model(seed: int):
     return model
 
 
-def ours_agent():
+def ours_agent(env_id: str = "HalfCheetah-v5", **agent_overrides):
+    """Our TD3 with ``--preset sb3`` on ``env_id`` (``agent_overrides``: --td3.* fields)."""
     from offpolicy import registry
     from offpolicy.envs.make import action_spec, make_env
     from offpolicy.training.build import build_agent
 
-    run = registry.resolve("td3", preset="sb3", train_overrides={"env": "HalfCheetah-v5"},
-                           agent_overrides={"policy_noise": 0.0})
-    env = make_env("HalfCheetah-v5", 0)
+    run = registry.resolve("td3", preset="sb3", train_overrides={"env": env_id},
+                           agent_overrides=agent_overrides)
+    env = make_env(env_id, 0)
     spec = action_spec(env)
+    obs_shape = env.observation_space.shape
     env.close()
-    return build_agent(run, (OBS_DIM,), spec)
+    return build_agent(run, obs_shape, spec)
 
 
 def linear(layer) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +132,7 @@ def compare(dtype: str, updates: int, seed: int) -> list[dict]:
         sb3_policies.preprocess_obs = lambda obs, space, normalize_images=True: obs
         for m in (model.actor, model.actor_target, model.critic, model.critic_target):
             m.double()  # in place: the optimizers keep their parameters
-    agent = ours_agent()
+    agent = ours_agent(policy_noise=0.0)
     state = agent.init(jax.random.PRNGKey(seed))
 
     def cast(tree):

@@ -230,6 +230,22 @@ def test_rows_with_different_seeds_say_which():
     assert "a 0-9; b 0-4." in text
 
 
+def test_a_peer_variant_passes_its_flags_to_the_peer_script(tmp_path):
+    """Issue 33's loop ablation: SB3's TD3 loop with our update is a peer entry whose flags
+    reach benchmarks/peers.py (before the common ones) and name it in the report's legend."""
+    entry = learning.entry_of("sb3-td3-ourupdate-ourinit")
+    assert (entry.peer, entry.algo, entry.flags) == ("sb3", "td3",
+                                                     ("--update", "ours", "--init", "ours"))
+    assert entry.command() == \
+        "benchmarks/peers.py --lib sb3 --algo td3 --update ours --init ours"
+    _, runs = _grid("td3-loop-ablation", tmp_path, "HalfCheetah-v5", 1000, [0],
+                    ["sb3-td3", "sb3-td3-ourupdate"])
+    plain, hybrid = (learning.peer_command("python")(r) for r in runs)
+    assert "--update" not in plain
+    assert hybrid[2:8] == ["learn", "--lib", "sb3", "--algo", "td3", "--update"]
+    assert hybrid[8] == "ours" and "--init" not in hybrid
+
+
 def test_every_entry_of_ours_parses_as_a_train_command():
     """A typo in a grid's flags would only surface hours into a benchmark: every entry of
     every grid that is ours must parse with `offpolicy train` (peers are skipped)."""

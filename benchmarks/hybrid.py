@@ -1,0 +1,114 @@
+"""Issue 33's loop ablation: SB3's TD3 collection loop driving our jitted TD3 update.
+
+``benchmarks/peers.py learn --lib sb3 --algo td3 --update ours [--init ours]`` builds SB3's TD3
+as ``sb3-td3`` does (its env loop, 100 uniform warm-up steps, Gaussian exploration N(0, 0.1^2)
+clipped to the box, its replay buffer and sampling, updates from step 101, its evaluation) and
+replaces what ``TD3.train`` computes with our update (``offpolicy.agents.td3``, ``--preset
+sb3``, one jitted call per batch). After each update our actor's weights are copied into SB3's
+actor, which acts and is evaluated. ``--init own`` starts our networks from SB3's initial
+weights (copied in, as benchmarks/update_parity.py does); ``--init ours`` from our own
+initialiser (``--td3.init torch``: the same law, other draws).
+
+Reading: if ``sb3-td3-ourupdate`` learns like ``sb3-td3``, the gap between ``td3-sb3`` and
+``sb3-td3`` lies in our loop (collection, replay, the start of updates); if it learns like
+``td3-sb3``, it lies in the update as compiled in float32 (results/update_parity_td3.md shows
+the float64 updates equal). ``--init ours`` against ``--init own`` separates the initial draw.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from update_parity import ours_agent, torch_to_ours
+
+INITS = ("own", "ours")
+
+
+def _actor_layers(mu) -> list:
+    return [m for m in mu if hasattr(m, "weight")]
+
+
+class OurUpdate:
+    """Our TD3 state and jitted update, attached to an SB3 ``TD3`` model in place of its
+    ``train``; :meth:`state_tree` / :meth:`restore` carry it in the peer's checkpoint."""
+
+    def __init__(self, model, env_id: str, seed: int, init: str):
+        import jax
+        import jax.numpy as jnp
+
+        if init not in INITS:
+            raise ValueError(f"unknown init {init!r} (valid: {', '.join(INITS)})")
+        self.model = model
+        self.agent = ours_agent(env_id)
+        state = self.agent.init(jax.random.PRNGKey(seed))
+        if init == "own":  # SB3's initial draw, copied into our trees
+            params = jax.tree_util.tree_map(
+                jnp.asarray, torch_to_ours(model.actor.mu, model.critic.q_networks,
+                                           state["params"]))
+            state = {**state, "params": params, "target": params,
+                     "actor_opt": self.agent.actor_opt.init(params["actor"]),
+                     "critic_opt": self.agent.critic_opt.init(params["critic"])}
+        self.state = state
+        self.key = jax.random.PRNGKey(seed + 4)
+        agent = self.agent
+
+        def step(state, key, batch):
+            key, sub = jax.random.split(key)
+            state, metrics, _ = agent.update(state, batch, sub)
+            return state, key, metrics["critic_loss"]
+
+        self._step = jax.jit(step)
+        self.sync_actor()
+        model.train = self.train
+
+    def sync_actor(self) -> None:
+        """Our actor's weights into SB3's actor (which acts and is evaluated)."""
+        import torch
+
+        (mlp,) = self.state["params"]["actor"].values()
+        with torch.no_grad():
+            for i, layer in enumerate(_actor_layers(self.model.actor.mu)):
+                d = mlp[f"Dense_{i}"]
+                layer.weight.copy_(torch.from_numpy(np.asarray(d["kernel"]).T.copy()))
+                layer.bias.copy_(torch.from_numpy(np.asarray(d["bias"]).copy()))
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        """SB3's ``TD3.train`` signature: ``gradient_steps`` of our update on SB3's batches."""
+        m = self.model
+        loss = None
+        for _ in range(gradient_steps):
+            m._n_updates += 1
+            s = m.replay_buffer.sample(batch_size, env=m._vec_normalize_env)
+            batch = {"obs": s.observations.numpy().astype(np.float32),
+                     "action": s.actions.numpy().astype(np.float32),
+                     "reward": s.rewards.numpy()[:, 0].astype(np.float32),
+                     "next_obs": s.next_observations.numpy().astype(np.float32),
+                     "discount": (1.0 - s.dones.numpy()[:, 0]).astype(np.float32)}
+            self.state, self.key, loss = self._step(self.state, self.key, batch)
+        self.sync_actor()
+        m.logger.record("train/n_updates", m._n_updates, exclude="tensorboard")
+        if loss is not None:
+            m.logger.record("train/critic_loss", float(loss))
+
+    def state_tree(self) -> dict[str, Any]:
+        """Our state's leaves (optax states are named tuples: the leaves, in order, are what
+        :meth:`restore` puts back into the current tree's structure) and the update key."""
+        import jax
+
+        return {"leaves": [np.asarray(x) for x in jax.tree_util.tree_leaves(self.state)],
+                "key": np.asarray(self.key)}
+
+    def restore(self, tree: dict[str, Any]) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        leaves, treedef = jax.tree_util.tree_flatten(self.state)
+        saved = tree["leaves"]
+        if len(saved) != len(leaves):
+            raise ValueError(f"checkpoint holds {len(saved)} leaves of our TD3 state, "
+                             f"expected {len(leaves)}")
+        self.state = jax.tree_util.tree_unflatten(treedef, [
+            jnp.asarray(np.asarray(s), dtype=x.dtype) for s, x in zip(saved, leaves)])
+        self.key = jnp.asarray(np.asarray(tree["key"]), dtype=self.key.dtype)
+        self.sync_actor()

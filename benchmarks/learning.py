@@ -52,9 +52,11 @@ SUITES = {
     # issue 33: our TD3 and SAC with SB3's defaults (--preset sb3) against SB3's and SBX's
     # (benchmarks/peers.py --algo td3|sac; HalfCheetah-v5 and Hopper-v5, 100k steps, 5 seeds)
     "baselines-peers": ["td3-sb3", "sb3-td3", "sbx-td3", "sac-sb3", "sb3-sac", "sbx-sac"],
-    # issue 33's loop ablation: SB3's TD3 loop driving our jitted update, from SB3's initial
-    # weights and from ours (benchmarks/hybrid.py; HalfCheetah-v5, 40k steps, 5 seeds)
-    "td3-loop-ablation": ["td3-sb3", "sb3-td3", "sb3-td3-ourupdate", "sb3-td3-ourupdate-ourinit"],
+    # issue 33's loop ablation (HalfCheetah-v5, 40k steps, 5 seeds): SB3's TD3 loop driving
+    # our jitted update, from SB3's initial weights and from ours (benchmarks/hybrid.py), and
+    # our loop with updates from the step after warm-up, as SB3's (--no-wait-for-batch)
+    "td3-loop-ablation": ["td3-sb3", "sb3-td3", "sb3-td3-ourupdate", "sb3-td3-ourupdate-ourinit",
+                          "td3-sb3-nowait"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -149,6 +151,7 @@ VARIANTS = {
     "ddpg-lr1e-3": ("ddpg", ["--ddpg.actor-lr", "1e-3"]),
     "ddpg-sb3": ("ddpg", ["--preset", "sb3"]),
     "td3-sb3": ("td3", ["--preset", "sb3"]),
+    "td3-sb3-nowait": ("td3", ["--preset", "sb3", "--no-wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
@@ -205,7 +208,8 @@ SUITE_COMPARISONS = {
                     ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
     "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3"), ("sb3-td3-ourupdate", "td3-sb3"),
                           ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourupdate"),
-                          ("td3-sb3", "sb3-td3")],
+                          ("td3-sb3", "sb3-td3"), ("td3-sb3-nowait", "sb3-td3"),
+                          ("td3-sb3-nowait", "td3-sb3")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],

@@ -40,6 +40,10 @@ class TrainConfig:
         0, "initial steps with uniformly random actions (deterministic policies; stochastic ones "
         "sample from their initial policy); updates start once the replay holds batch_size "
         "transitions and warm-up is over (ACE authors' code: no warm-up)", ge=0)
+    wait_for_batch: bool = _f(
+        True, "updates wait until replay holds batch_size transitions; off: they start right "
+        "after warm-up and sample with replacement from fewer (SB3's learning_starts; "
+        "transition-sampling agents only)")
     updates_per_step: float = _f(1.0, "gradient updates per env step (replay ratio)", gt=0)
     num_envs: int = _f(
         1, "env copies stepped side by side with one batched policy call per step; K env steps "

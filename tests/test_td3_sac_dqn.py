@@ -266,6 +266,28 @@ def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
     assert per is not None
 
 
+@pytest.mark.parametrize("wait", [True, False])
+def test_updates_start_after_warmup_or_once_replay_holds_a_batch(tmp_path, wait):
+    """SB3 updates from the step after its warm-up (``learning_starts``), sampling with
+    replacement from fewer transitions than a batch: ``--no-wait-for-batch``. By default
+    updates wait for a full batch: 100 warm-up steps and batch 64 give the first update at
+    step 101 either way, batch 160 at step 160 (waiting) or 101 (not)."""
+    from offpolicy import registry
+    from offpolicy.training.run import Run
+
+    counts = {}
+    for batch in (64, 160):
+        run = registry.resolve("td3", train_overrides={
+            "env": "Pendulum-v1", "steps": 200, "batch_size": batch, "eval_every": 200,
+            "eval_episodes": 1, "quiet": True, "warmup_steps": 100, "wait_for_batch": wait,
+            "updates_per_step": 1.0}, agent_overrides={"hidden": (8,)})
+        r = Run(run, tmp_path / f"b{batch}")
+        r.train(final_eval=False)
+        counts[batch] = r.learner.updates
+    assert counts[64] == 100
+    assert counts[160] == (41 if wait else 100)
+
+
 @pytest.mark.parametrize("algo,env,agent", [
     ("td3", "Pendulum-v1", {"hidden": (8,)}),
     ("sac", "Pendulum-v1", {"hidden": (8,)}),

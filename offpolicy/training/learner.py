@@ -249,8 +249,12 @@ class Learner:
         self.replay.close_episode(streams)
 
     # ------------------------------------------------------------------ sampling
-    def ready(self) -> bool:
-        """Whether replay holds enough data for one batch of the agent's kind."""
+    def ready(self, full_batch: bool = True) -> bool:
+        """Whether replay holds enough data for one batch of the agent's kind (``full_batch``
+        False: one transition, sampled with replacement; windows and episodes still wait for
+        a batch)."""
+        if not full_batch and self.data.kind == "transitions":
+            return len(self.replay) > 0
         return len(self.replay) >= self.batch_size
 
     def sample(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -236,8 +236,10 @@ class Run:
             self.elapsed = self._clock()
 
     def can_learn(self, step: int) -> bool:
-        """Updates start once warm-up is over and replay holds a batch."""
-        return step > self.train_cfg.warmup_steps and self.learner.ready()
+        """Updates start once warm-up is over and replay holds a batch (with
+        ``--no-wait-for-batch``: any transition)."""
+        return step > self.train_cfg.warmup_steps and self.learner.ready(
+            self.train_cfg.wait_for_batch)
 
     def periodic(self, step: int) -> bool:
         """The work due at ``step`` (never more than once per 100 steps): the train.csv row

@@ -29,6 +29,46 @@ def _actor_layers(mu) -> list:
     return [m for m in mu if hasattr(m, "weight")]
 
 
+def _load(layer, kernel, bias) -> None:
+    import torch
+
+    layer.weight.copy_(torch.from_numpy(np.asarray(kernel).T.copy()))
+    layer.bias.copy_(torch.from_numpy(np.asarray(bias).copy()))
+
+
+def ours_to_torch(params: dict, mu, q_networks) -> None:
+    """Our parameter trees (``params``: actor and twin critics) into SB3's actor layers ``mu``
+    and critics ``q_networks``, in place: the inverse of update_parity's ``torch_to_ours``."""
+    import torch
+
+    (mlp,) = params["actor"].values()
+    c = params["critic"]
+    (vm_name,) = [k for k in c if k != "Dense_0"]
+    with torch.no_grad():
+        for i, layer in enumerate(_actor_layers(mu)):
+            _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
+        for q, net in enumerate(q_networks):
+            layers = _actor_layers(net)
+            h = layers[0].weight.shape[0]
+            first = c["Dense_0"]
+            _load(layers[0], np.asarray(first["kernel"])[:, q * h:(q + 1) * h],
+                  np.asarray(first["bias"])[q * h:(q + 1) * h])
+            for j, layer in enumerate(layers[1:]):
+                d = c[vm_name][f"Dense_{j}"]
+                _load(layer, np.asarray(d["kernel"])[q], np.asarray(d["bias"])[q])
+
+
+def our_initial_draw(model, env_id: str, seed: int) -> None:
+    """``--update own --init ours``: SB3's TD3 from our initialiser's draw (actor, critics and
+    their targets), everything else SB3's; separates the draw from the update and the loop."""
+    import jax
+
+    state = ours_agent(env_id).init(jax.random.PRNGKey(seed))
+    ours_to_torch(state["params"], model.actor.mu, model.critic.q_networks)
+    model.actor_target.load_state_dict(model.actor.state_dict())
+    model.critic_target.load_state_dict(model.critic.state_dict())
+
+
 class OurUpdate:
     """Our TD3 state and jitted update, attached to an SB3 ``TD3`` model in place of its
     ``train``; :meth:`state_tree` / :meth:`restore` carry it in the peer's checkpoint."""
@@ -69,9 +109,7 @@ class OurUpdate:
         (mlp,) = self.state["params"]["actor"].values()
         with torch.no_grad():
             for i, layer in enumerate(_actor_layers(self.model.actor.mu)):
-                d = mlp[f"Dense_{i}"]
-                layer.weight.copy_(torch.from_numpy(np.asarray(d["kernel"]).T.copy()))
-                layer.bias.copy_(torch.from_numpy(np.asarray(d["bias"]).copy()))
+                _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """SB3's ``TD3.train`` signature: ``gradient_steps`` of our update on SB3's batches."""

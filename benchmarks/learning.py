@@ -54,9 +54,10 @@ SUITES = {
     "baselines-peers": ["td3-sb3", "sb3-td3", "sbx-td3", "sac-sb3", "sb3-sac", "sbx-sac"],
     # issue 33's loop ablation (HalfCheetah-v5, 40k steps, 5 seeds): SB3's TD3 loop driving
     # our jitted update, from SB3's initial weights and from ours (benchmarks/hybrid.py), and
-    # our loop with updates from the step after warm-up, as SB3's (--no-wait-for-batch)
+    # our loop with updates from the step after warm-up, as SB3's (--no-wait-for-batch); and
+    # SB3's TD3 itself from our initialiser's draw (the draw alone)
     "td3-loop-ablation": ["td3-sb3", "sb3-td3", "sb3-td3-ourupdate", "sb3-td3-ourupdate-ourinit",
-                          "td3-sb3-nowait"],
+                          "sb3-td3-ourinit", "td3-sb3-nowait"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -208,6 +209,7 @@ SUITE_COMPARISONS = {
                     ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
     "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3"), ("sb3-td3-ourupdate", "td3-sb3"),
                           ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourupdate"),
+                          ("sb3-td3-ourinit", "sb3-td3"),
                           ("td3-sb3", "sb3-td3"), ("td3-sb3-nowait", "sb3-td3"),
                           ("td3-sb3-nowait", "td3-sb3")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
@@ -230,6 +232,7 @@ PEER_PREFIXES = ("sb3-", "sbx-", "pfrl-")  # entries run by a peer library's scr
 PEER_VARIANTS = {
     "sb3-td3-ourupdate": ("sb3", "td3", ("--update", "ours")),
     "sb3-td3-ourupdate-ourinit": ("sb3", "td3", ("--update", "ours", "--init", "ours")),
+    "sb3-td3-ourinit": ("sb3", "td3", ("--init", "ours")),
 }
 
 

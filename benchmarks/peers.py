@@ -503,10 +503,10 @@ def cmd_learn(args: argparse.Namespace) -> None:
     hybrid_update = args.update == "ours"
     if hybrid_update and (lib != "sb3" or args.algo != "td3"):
         raise SystemExit("--update ours is defined for --lib sb3 --algo td3 only")
-    if args.init != "own" and not hybrid_update:
-        raise SystemExit("--init ours needs --update ours (SB3's own update keeps its init)")
+    if args.init != "own" and (lib != "sb3" or args.algo != "td3"):
+        raise SystemExit("--init ours is defined for --lib sb3 --algo td3 only")
     settings = pc.learn_settings(lib, args.algo, args, asdict(cfg))
-    if hybrid_update:  # recorded only then: plain runs keep the settings they had
+    if hybrid_update or args.init != "own":  # recorded only then: plain runs keep theirs
         settings.update(update=args.update, init=args.init)
     if pc.skip_finished(run_dir, settings, args.steps, lib, args.seed):
         return
@@ -519,6 +519,10 @@ def cmd_learn(args: argparse.Namespace) -> None:
         from hybrid import OurUpdate
 
         hybrid = OurUpdate(model, args.env, args.seed, args.init)
+    elif args.init == "ours":
+        from hybrid import our_initial_draw
+
+        our_initial_draw(model, args.env, args.seed)
 
     def full_state() -> dict[str, Any]:
         state = model_state(lib, model)
@@ -571,8 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="learn only, --lib sb3 --algo td3: 'ours' runs our jitted TD3 "
                        "update inside SB3's loop (benchmarks/hybrid.py, issue 33's ablation)")
         p.add_argument("--init", choices=("own", "ours"), default="own",
-                       help="with --update ours: start from SB3's initial weights (own) or "
-                       "from our initialiser (ours)")
+                       help="learn only, --lib sb3 --algo td3: start from SB3's initial "
+                       "weights (own) or from our initialiser's draw (ours)")
 
     return pc.build_parser(
         __doc__,

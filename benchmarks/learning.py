@@ -53,11 +53,11 @@ SUITES = {
     # (benchmarks/peers.py --algo td3|sac; HalfCheetah-v5 and Hopper-v5, 100k steps, 5 seeds)
     "baselines-peers": ["td3-sb3", "sb3-td3", "sbx-td3", "sac-sb3", "sb3-sac", "sbx-sac"],
     # issue 33's loop ablation (HalfCheetah-v5, 40k steps, 5 seeds): SB3's TD3 loop driving
-    # our jitted update, from SB3's initial weights and from ours (benchmarks/hybrid.py), and
-    # our loop with updates from the step after warm-up, as SB3's (--no-wait-for-batch); and
-    # SB3's TD3 itself from our initialiser's draw (the draw alone)
-    "td3-loop-ablation": ["td3-sb3", "sb3-td3", "sb3-td3-ourupdate", "sb3-td3-ourupdate-ourinit",
-                          "sb3-td3-ourinit", "td3-sb3-nowait"],
+    # our jitted update, from SB3's initial weights and from ours (benchmarks/hybrid.py); our
+    # loop with updates from step 101, as SB3's (--preset sb3 since the ablation) and waiting
+    # for a full batch (step 257, before); SB3's TD3 itself from our initialiser's draw
+    "td3-loop-ablation": ["td3-sb3", "td3-sb3-wait", "sb3-td3", "sb3-td3-ourupdate",
+                          "sb3-td3-ourupdate-ourinit", "sb3-td3-ourinit"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -152,7 +152,8 @@ VARIANTS = {
     "ddpg-lr1e-3": ("ddpg", ["--ddpg.actor-lr", "1e-3"]),
     "ddpg-sb3": ("ddpg", ["--preset", "sb3"]),
     "td3-sb3": ("td3", ["--preset", "sb3"]),
-    "td3-sb3-nowait": ("td3", ["--preset", "sb3", "--no-wait-for-batch"]),
+    # our TD3 as --preset sb3 ran before it started updates at step 101 (SB3's learning_starts)
+    "td3-sb3-wait": ("td3", ["--preset", "sb3", "--wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
@@ -207,11 +208,12 @@ SUITE_COMPARISONS = {
                     ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg"),
                     # what SB3's learning rate and init cost on top of the action at the input
                     ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
-    "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3"), ("sb3-td3-ourupdate", "td3-sb3"),
+    "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3"),
+                          ("sb3-td3-ourupdate", "td3-sb3-wait"),
                           ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourupdate"),
-                          ("sb3-td3-ourinit", "sb3-td3"),
-                          ("td3-sb3", "sb3-td3"), ("td3-sb3-nowait", "sb3-td3"),
-                          ("td3-sb3-nowait", "td3-sb3")],
+                          ("sb3-td3-ourupdate-ourinit", "td3-sb3-wait"),
+                          ("sb3-td3-ourinit", "sb3-td3"), ("td3-sb3-wait", "sb3-td3"),
+                          ("td3-sb3", "td3-sb3-wait"), ("td3-sb3", "sb3-td3")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],

@@ -166,14 +166,16 @@ _ACER_PRESETS = {
 }
 
 # TD3 (Fujimoto et al. 2018, Sec. 6.1): batch 100 and 1000 random steps first ("10000 for
-# HalfCheetah-v1 and Ant-v1"); "sb3": SB3's TD3 defaults (batch 256, 100 random steps; the same
-# 400-300 networks and learning rate; PyTorch's initialisation is the default here too)
+# HalfCheetah-v1 and Ant-v1"); "sb3": SB3's TD3 defaults (batch 256, 100 random steps and
+# updates from step 101, before replay holds a batch, as SB3's learning_starts; the same 400-300
+# networks and learning rate; PyTorch's initialisation is the default here too)
 _TD3_TRAIN = {"batch_size": 100, "warmup_steps": 1000}
-_TD3_PRESETS = {"paper": {}, "sb3": {"train": {"batch_size": 256, "warmup_steps": 100}}}
+_SB3_START = {"warmup_steps": 100, "wait_for_batch": False}
+_TD3_PRESETS = {"paper": {}, "sb3": {"train": {"batch_size": 256, **_SB3_START}}}
 # SAC (Haarnoja et al. 2018b, Table 1): batch 256, one update per env step; "sb3": SB3's SAC
-# (PyTorch's initialisation, 100 random steps first)
+# (PyTorch's initialisation, 100 random steps first, updates from step 101)
 _SAC_TRAIN = {"batch_size": 256}
-_SAC_PRESETS = {"paper": {}, "sb3": {"init": "torch", "train": {"warmup_steps": 100}}}
+_SAC_PRESETS = {"paper": {}, "sb3": {"init": "torch", "train": dict(_SB3_START)}}
 # DQN: SB3's defaults (batch 32, one update per 4 env steps, 100 steps before learning, target
 # copied every 10 000 env steps = 2 500 updates); "paper": the Nature paper's Atari setting
 # (Extended Data Table 1: RMSProp 2.5e-4, replay 1M, target every 10 000 updates, epsilon 1 ->

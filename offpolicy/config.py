@@ -38,8 +38,9 @@ class TrainConfig:
     seed: int = _f(0, "random seed (networks, replay sampling, exploration, env resets)", ge=0)
     warmup_steps: int = _f(
         0, "initial steps with uniformly random actions (deterministic policies; stochastic ones "
-        "sample from their initial policy); updates start once the replay holds batch_size "
-        "transitions and warm-up is over (ACE authors' code: no warm-up)", ge=0)
+        "sample from their initial policy); updates start once warm-up is over and the replay "
+        "holds batch_size transitions (see --no-wait-for-batch) (ACE authors' code: no warm-up)",
+        ge=0)
     wait_for_batch: bool = _f(
         True, "updates wait until replay holds batch_size transitions; off: they start right "
         "after warm-up and sample with replacement from fewer (SB3's learning_starts; "

@@ -288,6 +288,17 @@ def test_updates_start_after_warmup_or_once_replay_holds_a_batch(tmp_path, wait)
     assert counts[160] == (41 if wait else 100)
 
 
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_the_sb3_preset_starts_updates_after_warmup_as_sb3_does(algo):
+    """SB3 updates from the step after learning_starts (100) whatever its batch (256): the
+    preset does not wait for a full batch; the papers' presets do."""
+    from offpolicy import registry
+
+    sb3 = registry.resolve(algo, preset="sb3").train
+    assert (sb3.warmup_steps, sb3.batch_size, sb3.wait_for_batch) == (100, 256, False)
+    assert registry.resolve(algo, preset="paper").train.wait_for_batch
+
+
 @pytest.mark.parametrize("algo,env,agent", [
     ("td3", "Pendulum-v1", {"hidden": (8,)}),
     ("sac", "Pendulum-v1", {"hidden": (8,)}),

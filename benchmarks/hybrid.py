@@ -65,6 +65,10 @@ def our_initial_draw(model, env_id: str, seed: int) -> None:
 
     state = ours_agent(env_id).init(jax.random.PRNGKey(seed))
     ours_to_torch(state["params"], model.actor.mu, model.critic.q_networks)
+    back = torch_to_ours(model.actor.mu, model.critic.q_networks, state["params"])
+    for x, y in zip(jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(back)):
+        if not np.array_equal(np.asarray(x), np.asarray(y)):  # the mapping, checked every run
+            raise AssertionError("our draw did not survive the round trip through SB3's layers")
     model.actor_target.load_state_dict(model.actor.state_dict())
     model.critic_target.load_state_dict(model.critic.state_dict())
 

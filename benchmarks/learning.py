@@ -55,7 +55,7 @@ SUITES = {
     # issue 33's loop ablation (HalfCheetah-v5, 40k steps, 5 seeds): SB3's TD3 loop driving
     # our jitted update, from SB3's initial weights and from ours (benchmarks/hybrid.py); our
     # loop with updates from step 101, as SB3's (--preset sb3 since the ablation) and waiting
-    # for a full batch (step 257, before); SB3's TD3 itself from our initialiser's draw
+    # for a full batch (step 256, before); SB3's TD3 itself from our initialiser's draw
     "td3-loop-ablation": ["td3-sb3", "td3-sb3-wait", "sb3-td3", "sb3-td3-ourupdate",
                           "sb3-td3-ourupdate-ourinit", "sb3-td3-ourinit"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)

@@ -288,6 +288,23 @@ def test_updates_start_after_warmup_or_once_replay_holds_a_batch(tmp_path, wait)
     assert counts[160] == (41 if wait else 100)
 
 
+@pytest.mark.parametrize("algo,train,match", [
+    ("acer", {"env": "CartPole-v1"}, "learns from sequences"),
+    ("ddpg", {"replay_statistics": True}, "--replay-statistics"),
+])
+def test_no_wait_for_batch_is_refused_where_it_is_not_defined(tmp_path, algo, train, match):
+    """One-line errors before any step: sequence agents wait for whole windows anyway, and
+    replay statistics read at the first update would come from a handful of transitions."""
+    from offpolicy import registry
+    from offpolicy.errors import OffpolicyError
+    from offpolicy.training.run import Run
+
+    run = registry.resolve(algo, train_overrides={**train, "wait_for_batch": False,
+                                                  "steps": 8, "quiet": True})
+    with pytest.raises(OffpolicyError, match=match):
+        Run(run, tmp_path / "run")
+
+
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_the_sb3_preset_starts_updates_after_warmup_as_sb3_does(algo):
     """SB3 updates from the step after learning_starts (100) whatever its batch (256): the

@@ -87,6 +87,7 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     k = tc.num_envs * max(tc.num_collectors, 1)  # replay rings: every env copy has its own
     _check_distributed(run, agent, contract)
     _check_cadence(run, contract, agent)
+    _check_update_start(run, agent)
     if contract.stored_return is not None:
         _check_stored_returns(run, episode_steps)
     # with --collector-replay the collectors keep the replays; the learner needs none
@@ -218,6 +219,27 @@ def _check_collector_replay(run: registry.RunConfig, agent, contract: Contract) 
         raise OffpolicyError(f"--collector-buffer-size {tc.collector_buffer_size} is too small "
                              f"for unrolls of {data.length} steps over {tc.num_envs} env "
                              f"copies (at least {least})")
+
+
+def _check_update_start(run: registry.RunConfig, agent) -> None:
+    """``--no-wait-for-batch`` (updates before replay holds a batch) is defined where single
+    transitions are sampled from the learner's replay, and not with statistics that are read
+    from replay once, at the first update."""
+    tc = run.train
+    if tc.wait_for_batch:
+        return
+    if agent.data.kind != "transitions" or tc.segment_length or tc.collector_replay:
+        what = agent.data.kind if agent.data.kind != "transitions" else (
+            "segments" if tc.segment_length else "its collectors' replays")
+        raise OffpolicyError(
+            f"--no-wait-for-batch starts updates before replay holds a batch, sampling single "
+            f"transitions with replacement; {run.algo} here learns from {what} "
+            "(drop --no-wait-for-batch)")
+    if tc.replay_statistics:
+        raise OffpolicyError(
+            "--no-wait-for-batch with --replay-statistics would take the observation and reward "
+            "statistics from the first few transitions (they are read from replay at the first "
+            "update): drop one of them")
 
 
 def _check_cadence(run: registry.RunConfig, contract: Contract, agent) -> None:

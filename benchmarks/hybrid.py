@@ -36,17 +36,22 @@ def _load(layer, kernel, bias) -> None:
     layer.bias.copy_(torch.from_numpy(np.asarray(bias).copy()))
 
 
+def actor_to_torch(actor: dict, mu) -> None:
+    """Our actor's parameter tree into SB3's actor layers ``mu``, in place (under no_grad)."""
+    (mlp,) = actor.values()
+    for i, layer in enumerate(_actor_layers(mu)):
+        _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
+
+
 def ours_to_torch(params: dict, mu, q_networks) -> None:
     """Our parameter trees (``params``: actor and twin critics) into SB3's actor layers ``mu``
     and critics ``q_networks``, in place: the inverse of update_parity's ``torch_to_ours``."""
     import torch
 
-    (mlp,) = params["actor"].values()
     c = params["critic"]
     (vm_name,) = [k for k in c if k != "Dense_0"]
     with torch.no_grad():
-        for i, layer in enumerate(_actor_layers(mu)):
-            _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
+        actor_to_torch(params["actor"], mu)
         for q, net in enumerate(q_networks):
             layers = _actor_layers(net)
             h = layers[0].weight.shape[0]
@@ -110,10 +115,8 @@ class OurUpdate:
         """Our actor's weights into SB3's actor (which acts and is evaluated)."""
         import torch
 
-        (mlp,) = self.state["params"]["actor"].values()
         with torch.no_grad():
-            for i, layer in enumerate(_actor_layers(self.model.actor.mu)):
-                _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
+            actor_to_torch(self.state["params"]["actor"], self.model.actor.mu)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """SB3's ``TD3.train`` signature: ``gradient_steps`` of our update on SB3's batches."""

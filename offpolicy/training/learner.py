@@ -250,12 +250,9 @@ class Learner:
 
     # ------------------------------------------------------------------ sampling
     def ready(self, full_batch: bool = True) -> bool:
-        """Whether replay holds enough data for one batch of the agent's kind (``full_batch``
-        False: one transition, sampled with replacement; windows and episodes still wait for
-        a batch)."""
-        if not full_batch and self.data.kind == "transitions":
-            return len(self.replay) > 0
-        return len(self.replay) >= self.batch_size
+        """Whether replay holds enough data for one batch (``full_batch`` False: one
+        transition, sampled with replacement; build refuses that for windows and episodes)."""
+        return len(self.replay) >= (self.batch_size if full_batch else 1)
 
     def sample(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """A batch per the agent's data spec, normalised."""

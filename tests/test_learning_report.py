@@ -60,6 +60,45 @@ def test_finished_runs_come_back_from_the_committed_csvs(tmp_path):
     assert restore_finished(moved, out, "rp") == []  # already here
 
 
+def test_reports_say_which_host_ran_which_run_and_keep_it_through_the_csvs(tmp_path,
+                                                                            monkeypatch):
+    """Runs of one grid on two machines (a lent GPU host resumes one of them): the report
+    lists the hosts with their runs; one machine alone, the report's own, adds nothing; a run
+    rebuilt from the committed CSVs keeps its hosts; a restart from step 0 drops the hosts of
+    the attempt it replaced."""
+    from offpolicy.suites import host
+
+    root, out = tmp_path / "runs", tmp_path / "results"
+    out.mkdir()
+    for seed in (0, 1):
+        _fake_run(root / "naf" / f"s{seed}", [(10, -500.0), (20, -150.0)], [(10, 0.3)])
+    _fake_run(root / "ddpg-refer" / "s0", [(10, -500.0), (20, -150.0)], [(10, 0.3)])
+    s, runs = _grid("refer-pendulum", root, "Pendulum-v1", 20, seeds=(0, 1))
+    for d in (root / "naf" / "s0", root / "naf" / "s1", root / "ddpg-refer" / "s0"):
+        host.record_start(d, 0)
+    here = host.host()
+    assert host.hosts_of(root / "naf" / "s0") == [here]
+    assert "Hosts" not in write_report(s, runs, out, "h", "cmd")  # all of them ran here
+    monkeypatch.setattr(host, "host", lambda: "Big box, 16 cores, 1x NVIDIA H200")
+    host.record_start(root / "naf" / "s1", 10)  # resumed there from its step-10 checkpoint
+    host.record_start(root / "ddpg-refer" / "s0", 0)  # started again from scratch there
+    assert host.hosts_of(root / "naf" / "s1") == [here, "Big box, 16 cores, 1x NVIDIA H200"]
+    assert host.hosts_of(root / "ddpg-refer" / "s0") == ["Big box, 16 cores, 1x NVIDIA H200"]
+    monkeypatch.undo()
+    text = write_report(s, runs, out, "h", "cmd")
+    line = next(x for x in text.splitlines() if x.startswith("Hosts"))
+    assert line.endswith(f"{here}: naf s0-1; Big box, 16 cores, 1x NVIDIA H200: naf s1, "
+                         "ddpg-refer s0."), line
+    other = tmp_path / "elsewhere"
+    s2, moved = _grid("refer-pendulum", other, "Pendulum-v1", 20, seeds=(0, 1))
+    assert len(restore_finished(moved, out, "h")) == 3
+    assert host.hosts_of(other / "naf" / "s1") == host.hosts_of(root / "naf" / "s1")
+    assert line in write_report(s2, moved, out, "h2", "cmd")
+    host.hosts_path(root / "naf" / "s1").unlink()  # a run here whose hosts file is lost
+    assert restore_finished(runs, out, "h") == []  # nothing to rebuild, but its hosts return
+    assert host.hosts_of(root / "naf" / "s1") == host.hosts_of(other / "naf" / "s1")
+
+
 def test_csvs_of_one_env_without_an_env_column_restore_too(tmp_path):
     """The CSVs committed before the engine moved into the package have no env column."""
     out = tmp_path / "results"

@@ -179,6 +179,12 @@ def test_a_killed_suite_finishes_the_rest_and_repeats_no_finished_run(tmp_path):
     assert len(commands) == 2 and commands[1].endswith("--resume")
     assert len([x for x in first.log_path.read_text().splitlines()
                 if " -m offpolicy " in x]) == 1  # the finished run never ran again
+    from offpolicy.suites.host import host, read_starts
+
+    starts = read_starts(second.run_dir)  # beside the run: s0.hosts.csv
+    assert [r["host"] for r in starts] == [host()] * 2 and starts[0]["step"] == "0" \
+        and int(starts[1]["step"]) >= 200, starts
+    assert len(read_starts(first.run_dir)) == 1
 
 
 def test_claims_keep_two_drivers_apart(tmp_path):

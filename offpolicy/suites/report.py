@@ -6,7 +6,8 @@ Bonferroni note, sample efficiency against the suite's ``threshold``, the train.
 ``metrics`` averaged and drawn (log scale). Files, under the report folder with stem S:
 ``S.md``, ``S.csv`` (every evaluation of every run), ``S_train.csv`` (the metrics, so that a
 later session can rebuild finished runs from committed CSVs: :func:`restore_finished`),
-``S.png`` (one panel per env, s.e. bands) and ``S_<metric>.png``.
+``S_hosts.csv`` (which machine started or resumed each run, and at which step), ``S.png``
+(one panel per env, s.e. bands) and ``S_<metric>.png``.
 
 Only finished runs enter the tables and curves (a run in progress would cut its row back to
 the step it reached); the runs in progress are listed under the table; the CSV has every
@@ -16,15 +17,14 @@ evaluation.
 from __future__ import annotations
 
 import csv
-import os
-import platform
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from offpolicy.errors import OffpolicyError
+from offpolicy.suites.host import FIELDS as HOST_FIELDS
+from offpolicy.suites.host import host, hosts_of, machine, read_starts, write_starts
 from offpolicy.suites.runner import RunSpec, finished
 from offpolicy.suites.spec import Suite
 
@@ -170,25 +170,26 @@ def mixed_configs(groups: dict[str, list[Path]]) -> str:
     return "".join(out)
 
 
-def machine() -> str:
-    """CPU model, cores, memory, OS and Python of this machine, in one line."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kib = int(next(x for x in open("/proc/meminfo") if x.startswith("MemTotal")).split()[1])
-        mem = f", {kib / 2**20:.0f} GiB"
-    except (OSError, StopIteration, ValueError):
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{cpu}, {cores} cores{mem}, {platform.system()} {platform.release()}, "
-            f"Python {sys.version.split()[0]}")
+def hosts_line(by_env: dict[str, dict[str, list[Path]]]) -> str:
+    """Which host ran which runs (their hosts files, :mod:`offpolicy.suites.host`), when that is
+    not simply this machine: runs of a grid spread over sessions, machines or a lent GPU. ""
+    when every run that has a record ran here, or none has one."""
+    here, multi = host(), len(by_env) > 1
+    ran: dict[str, dict[str, list[int]]] = {}  # host -> row label -> seeds
+    for env, groups in by_env.items():
+        for entry, dirs in groups.items():
+            label = f"{entry} on {env}" if multi else entry
+            for d in dirs:
+                for h in hosts_of(d) or ["not recorded"]:
+                    ran.setdefault(h, {}).setdefault(label, []).append(int(d.name[1:]))
+    known = [h for h in ran if h != "not recorded"]
+    if not known or (known == [here]):
+        return ""
+    order = known + (["not recorded"] if "not recorded" in ran else [])
+    return ("\nHosts (each run's hosts file; a run resumed elsewhere is under each): "
+            + "; ".join(f"{h}: " + ", ".join(f"{label} s{seed_ranges(seeds)}"
+                                             for label, seeds in ran[h].items())
+                        for h in order) + ".\n")
 
 
 def versions() -> str:
@@ -228,6 +229,14 @@ def _write_csvs(by_env, runs: list[RunSpec], out_dir: Path, stem: str, metrics) 
                         w.writerow([env, entry, d.name[1:], int(e["step"][i]),
                                     e["return_mean"][i], e["return_se"][i],
                                     int(e["episodes"][i])])
+    starts = [(env, entry, d, r) for env, groups in by_env.items()
+              for entry, dirs in groups.items() for d in dirs for r in read_starts(d)]
+    if starts:
+        with open(out_dir / f"{stem}_hosts.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["env", "entry", "seed", *HOST_FIELDS])
+            for env, entry, d, r in starts:
+                w.writerow([env, entry, d.name[1:], *(r[k] for k in HOST_FIELDS)])
     if not metrics:
         return
     with open(out_dir / f"{stem}_train.csv", "w", newline="") as f:
@@ -328,7 +337,7 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
     if suite.cost:
         lines += [f"Budget: {suite.cost}", ""]
     lines += [f"Machine: {machine()}. Packages: {versions()}.", ""]
-    text = "\n".join(lines)
+    text = "\n".join(lines) + hosts_line(by_env_all)
     multi = len(by_env_all) > 1
     for env, all_groups in by_env_all.items():
         groups = by_env.get(env, {})
@@ -363,16 +372,19 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
     train.csv with the metrics) of runs that finished but are not on this machine: run
     directories are not committed, the CSVs are, so a grid that takes several sessions
     resumes where the last one stopped. CSVs without an ``env`` column (one env per file)
-    match every env."""
+    match every env. A finished run here without its hosts file takes the committed one."""
     evals, trains = out_dir / f"{stem}.csv", out_dir / f"{stem}_train.csv"
     if not evals.exists():
         return []
     with open(evals, newline="") as f:
         rows = list(csv.DictReader(f))
-    train_rows = []
+    train_rows, host_rows = [], []
     if trains.exists():
         with open(trains, newline="") as f:
             train_rows = list(csv.DictReader(f))
+    if (out_dir / f"{stem}_hosts.csv").exists():
+        with open(out_dir / f"{stem}_hosts.csv", newline="") as f:
+            host_rows = list(csv.DictReader(f))
 
     def mine(table, run):
         return [r for r in table if r["entry"] == run.entry.name and r["seed"] == str(run.seed)
@@ -381,8 +393,11 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
     restored = []
     for run in runs:
         evs = mine(rows, run)
-        if not evs or max(int(r["step"]) for r in evs) < run.steps \
-                or (run.run_dir / "eval.csv").exists():
+        if not evs or max(int(r["step"]) for r in evs) < run.steps:
+            continue
+        if (run.run_dir / "eval.csv").exists():  # here already; its hosts file may not be
+            if mine(host_rows, run) and not read_starts(run.run_dir):
+                write_starts(run.run_dir, mine(host_rows, run))
             continue
         evs = [r for r in evs if int(r["step"]) <= run.steps]  # a longer run's tail stays out
         run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -402,5 +417,7 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
                 w.writeheader()
                 for r in tr:
                     w.writerow(r)
+        if mine(host_rows, run):
+            write_starts(run.run_dir, mine(host_rows, run))
         restored.append(run.label)
     return restored

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offpolicy.errors import OffpolicyError
+from offpolicy.suites.host import hosts_path, record_start
 from offpolicy.suites.spec import Entry, Suite
 
 SMALL_FILES = ("config.yaml", "eval.csv", "train.csv")
@@ -376,6 +377,7 @@ def _start(run: RunSpec, command_for, out: Outcome, view: Progress):
     log = None
     try:
         cmd = prepare(run, command_for)
+        record_start(run.run_dir, current_step(run.run_dir))
         log = open(run.log_path, "a")
         print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {' '.join(cmd)}", file=log, flush=True)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -450,6 +452,7 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
         rc = 0
     else:
         cmd = prepare(run)
+        record_start(run.run_dir, current_step(run.run_dir))
         try:  # which Ray node: several may share a host
             import ray
 
@@ -472,6 +475,8 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
     for name in SMALL_FILES:
         with contextlib.suppress(OSError):
             files[name] = (run.run_dir / name).read_text()
+    with contextlib.suppress(OSError):  # beside the run directory
+        files[f"../{hosts_path(run.run_dir).name}"] = hosts_path(run.run_dir).read_text()
     return {"rc": rc, "host": host, "files": files, "log": _tail(run.log_path, 3)}
 
 
@@ -568,9 +573,10 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
 
 def _write_back(run: RunSpec, files: dict[str, str]) -> None:
     """The run's small files, as the node that ran it sent them, where this driver reads them
-    (the same files already on shared storage: left as they are)."""
+    (the same files already on shared storage: left as they are); ``../NAME`` is a file
+    beside the run directory (its hosts file)."""
     for name, text in files.items():
-        p = run.run_dir / name
+        p = (run.run_dir.parent / name[3:]) if name.startswith("../") else run.run_dir / name
         try:
             if p.exists() and p.read_text() == text:
                 continue

@@ -208,12 +208,16 @@ SUITE_COMPARISONS = {
                     ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg"),
                     # what SB3's learning rate and init cost on top of the action at the input
                     ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
-    "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3"),
+    # "paired": the runs of one seed share their initial draw (SB3's, or ours), and in one
+    # loop also the env and noise streams: also tested paired by seed
+    "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3", "paired"),
                           ("sb3-td3-ourupdate", "td3-sb3-wait"),
-                          ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourupdate"),
-                          ("sb3-td3-ourupdate-ourinit", "td3-sb3-wait"),
-                          ("sb3-td3-ourinit", "sb3-td3"), ("td3-sb3-wait", "sb3-td3"),
-                          ("td3-sb3", "td3-sb3-wait"), ("td3-sb3", "sb3-td3")],
+                          ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourupdate", "paired"),
+                          ("sb3-td3-ourupdate-ourinit", "td3-sb3-wait", "paired"),
+                          ("sb3-td3-ourinit", "sb3-td3", "paired"),
+                          ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourinit", "paired"),
+                          ("td3-sb3-wait", "sb3-td3"),
+                          ("td3-sb3", "td3-sb3-wait", "paired"), ("td3-sb3", "sb3-td3")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],
@@ -267,7 +271,9 @@ def bench_suite(suite: str, env: str, steps: int, seeds, entries=None,
                           SUITE_THRESHOLDS.get((suite, env))),),
                  tuple(seeds), 20, tuple(SUITE_FLAGS.get(suite, ())),
                  {n: entry_of(n) for n in SUITES[suite]},
-                 tuple(SUITE_COMPARISONS.get(suite, ())), tuple(SUITE_METRICS.get(suite, ())))
+                 tuple(p[:2] for p in SUITE_COMPARISONS.get(suite, ())),
+                 tuple(SUITE_METRICS.get(suite, ())),
+                 paired=tuple(p[:2] for p in SUITE_COMPARISONS.get(suite, ()) if len(p) == 3))
 
 
 def peer_command(peers_python: str):

@@ -182,8 +182,47 @@ def test_a_metric_some_entries_do_not_log_is_drawn_for_those_that_do(tmp_path):
 
 def test_every_compared_pair_names_entries_of_its_suite():
     for suite, pairs in learning.SUITE_COMPARISONS.items():
-        for mine, other in pairs:
+        for mine, other, *paired in pairs:
             assert {mine, other} <= set(learning.SUITES[suite]), (suite, mine, other)
+            assert paired in ([], ["paired"]), (suite, mine, other, paired)
+
+
+def test_paired_t_against_scipy():
+    import numpy as np
+    from scipy import stats
+
+    from offpolicy.suites.report import paired_t
+
+    rng = np.random.default_rng(5)
+    for n in (2, 3, 5, 8):
+        draw = rng.normal(0.0, 3.0, n)  # what the two runs of a seed share
+        a, b = draw + rng.normal(1.0, 0.5, n), draw + rng.normal(0.0, 0.5, n)
+        t, df, p, lo, hi = paired_t(a, b)
+        ref = stats.ttest_rel(a, b)
+        assert np.isclose(t, ref.statistic) and np.isclose(p, ref.pvalue) and df == n - 1
+        assert np.isclose((lo + hi) / 2, np.mean(a - b)) and (lo > 0 or hi < 0) == (p < 0.05)
+    assert np.isnan(paired_t([1.0, 2.0], [0.0, 1.0])[0])  # the same difference: no spread
+
+
+def test_paired_pairs_get_a_paired_table_over_their_common_seeds(tmp_path):
+    """td3-loop-ablation declares (td3-sb3, td3-sb3-wait) paired: its table pairs the seeds
+    both have; a pair not declared paired (td3-sb3, sb3-td3) gets no paired row."""
+    from offpolicy.suites.report import paired_t
+
+    root = tmp_path / "runs"
+    finals = {"td3-sb3": [1170, 1302, 2504, 828], "td3-sb3-wait": [879, 920, 2289, 876, 701],
+              "sb3-td3": [2117, 1679, 1348]}
+    for entry, values in finals.items():
+        for seed, v in enumerate(values):
+            _fake_run(root / entry / f"s{seed}", [(10, 0.0), (20, float(v))], [(10, 0.1)])
+    s, runs = _grid("td3-loop-ablation", root, "HalfCheetah-v5", 20, seeds=range(5),
+                    entries=["td3-sb3", "td3-sb3-wait", "sb3-td3"])
+    assert ("td3-sb3", "td3-sb3-wait") in s.paired and ("td3-sb3", "sb3-td3") not in s.paired
+    text = write_report(s, runs, tmp_path / "o", "p", "cmd")
+    table = text[text.index("paired by seed"):]
+    t, df, p, lo, hi = paired_t(finals["td3-sb3"], finals["td3-sb3-wait"][:4])
+    assert f"| td3-sb3 - td3-sb3-wait | 0-3 | 210.0 | {t:.2f} | 3 | {p:.3f} |" in table
+    assert "| td3-sb3 - sb3-td3 |" not in table and "one pair tested" in table
 
 
 def test_an_entrys_flags_override_the_suites():

@@ -51,6 +51,9 @@ BAD = [
     (dict(envs={"Pendulum-v1": {"entries": ["ddpg", "dpg"]}}),
      "envs.Pendulum-v1.entries: unknown entry 'dpg'"),
     (dict(compare=[["ddpg", "sac"]]), "compare: unknown entry 'sac'"),
+    (dict(compare=[["ddpg", "ddpg-refer", "pared"]]),
+     "compare: expected [entry, against] or [entry, against, paired], got ['ddpg', 'ddpg-refer',"
+     " 'pared']"),
     (dict(flags="--batch-size 16", entries={"x": {"algo": "exact-q"}}),
      "entries.x on Pendulum-v1: exact-q does not support continuous actions"),
     (dict(seeds=[0, 1, 1]), "seeds: 1 appears twice"),
@@ -72,6 +75,16 @@ def test_a_bad_suite_is_one_line_and_exit_2_before_any_run(tmp_path, capsys, ove
     assert len(err.splitlines()) == 1 and err.startswith("offpolicy: error: suite "), err
     assert message in err, err
     assert not out.exists()  # no run started, no folder made
+
+
+def test_paired_pairs_parse():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        s = spec.load(_suite_file(Path(d), compare=[["ddpg-refer", "ddpg", "paired"],
+                                                    ["ddpg", "ddpg-refer"]]))
+    assert s.compare == (("ddpg-refer", "ddpg"), ("ddpg", "ddpg-refer"))
+    assert s.paired == (("ddpg-refer", "ddpg"),)
 
 
 def test_command_line_selections_are_checked(tmp_path, capsys):

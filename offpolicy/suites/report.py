@@ -122,6 +122,63 @@ def final_comparisons(groups: dict[str, list[Path]], pairs, over_curve: bool = F
                       "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
 
 
+def paired_t(a, b, level: float = 0.95) -> tuple[float, float, float, float, float]:
+    """Paired t-test of mean(a - b) = 0 over matched runs (a[i] and b[i] of one seed): (t,
+    df = n - 1, two-sided p, and the ``level`` interval of the mean difference)."""
+    from scipy import stats
+
+    d = np.asarray(a, float) - np.asarray(b, float)
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    if se == 0.0:
+        nan = float("nan")
+        return nan, nan, nan, nan, nan
+    t, df = d.mean() / se, len(d) - 1
+    half = stats.t.ppf((1 + level) / 2, df) * se
+    return (float(t), float(df), float(2.0 * stats.t.sf(abs(t), df)),
+            float(d.mean() - half), float(d.mean() + half))
+
+
+def _final_at(run_dir: Path, upto: int) -> float:
+    """The run's last evaluation return at or before step ``upto``."""
+    from offpolicy.plotting import read_eval
+
+    e = read_eval(run_dir)
+    return float(e["return_mean"][e["step"] <= upto][-1])
+
+
+def paired_comparisons(groups: dict[str, list[Path]], pairs) -> str:
+    """For each (entry, against) pair declared paired (a run of a seed shares its initial
+    draw, and in one loop its env and noise streams, with the other's run of that seed, so the
+    seed's difference removes what they share): the paired t-test of final returns over the
+    seeds both have (at least two), at the last step all those runs reached."""
+    from offpolicy.plotting import read_eval
+
+    rows = []
+    for mine, other in pairs:
+        a = {int(d.name[1:]): d for d in groups.get(mine, [])}
+        b = {int(d.name[1:]): d for d in groups.get(other, [])}
+        seeds = sorted(set(a) & set(b))
+        if len(seeds) < 2:
+            continue
+        upto = min(int(read_eval(x[s])["step"][-1]) for s in seeds for x in (a, b))
+
+        fa, fb = ([_final_at(x[s], upto) for s in seeds] for x in (a, b))
+        t, df, p, lo, hi = paired_t(fa, fb)
+        rows.append(f"| {mine} - {other} | {seed_ranges(seeds)} | "
+                    f"{np.mean(fa) - np.mean(fb):.1f} | {t:.2f} | {df:.0f} | {p:.3f} | "
+                    f"[{lo:.1f}, {hi:.1f}] | {upto} |")
+    if not rows:
+        return ""
+    multiple = (f"{len(rows)} pairs tested, so p < {0.05 / len(rows):.3g} holds them all at 0.05 "
+                "together, Bonferroni" if len(rows) > 1 else "one pair tested")
+    return "\n".join(["", "Final return, paired by seed (pairs whose runs of one seed share "
+                      "their initial draw, and in one loop their env and noise streams; paired "
+                      f"t-test, two-sided, and its 95% interval; {multiple}):", "",
+                      "| difference | seeds | mean difference | t | df | p | 95% interval "
+                      "| up to step |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
+
+
 def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:
     """A table of, per entry: how many runs reached ``threshold``, the first evaluation step
     at which they did (mean +- s.e. over those runs) and the mean return over all of a run's
@@ -354,6 +411,7 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
         env_tag = f", panel {env}" if multi else ""
         text += _metric_text(groups, metrics, suite.compare, stem, env_tag)
         text += final_comparisons(groups, suite.compare)
+        text += paired_comparisons(groups, suite.paired)
         threshold = plan.threshold if plan else None
         if threshold is not None and groups:
             text += sample_efficiency(groups, threshold)

@@ -16,7 +16,9 @@ The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the 
     entries:
       ddpg-er: {algo: ddpg, flags: --replay er --replay-diagnostics}
       ddpg: {}                         # algo defaults to the entry's name
-    compare: [[ddpg-refer, ddpg-er]]   # Welch tests of final returns, (entry, against)
+    compare: [[ddpg-refer, ddpg-er]]   # Welch tests of final returns, (entry, against);
+                                       #   [a, b, paired]: also paired by seed (a run of a
+                                       #   seed shares its draws and streams with b's)
     metrics: [kl_mu_pi]                # train.csv columns drawn and averaged per entry
     threshold: 1000                    # sample efficiency: first evaluation at or above it
 
@@ -93,6 +95,9 @@ class Suite:
     compare: tuple[tuple[str, str], ...] = ()
     metrics: tuple[str, ...] = ()
     paper: dict = field(default_factory=dict)
+    # compare pairs whose runs of one seed share everything but what the pair compares (the
+    # same initial draw, env and noise streams): also tested paired by seed
+    paired: tuple[tuple[str, str], ...] = ()
 
     def select(self, *, seeds=None, steps=None, envs=None, entries=None,
                paper: bool = False) -> Suite:
@@ -291,15 +296,19 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     compare = d.get("compare", []) or []
     if not isinstance(compare, list):
         raise _err(path, "compare", f"expected a list of [entry, against] pairs, got {compare!r}")
-    pairs = []
+    pairs, paired = [], []
     for pair in compare:
-        if not (isinstance(pair, list) and len(pair) == 2):
-            raise _err(path, "compare", f"expected [entry, against], got {pair!r}")
-        for n in pair:
+        if not (isinstance(pair, list) and (len(pair) == 2 or (len(pair) == 3
+                                                               and pair[2] == "paired"))):
+            raise _err(path, "compare", f"expected [entry, against] or [entry, against, "
+                                        f"paired], got {pair!r}")
+        for n in pair[:2]:
             if n not in entries:
                 raise _err(path, "compare", f"unknown entry {n!r}"
                                             f"{did_you_mean(str(n), list(entries))}")
         pairs.append((pair[0], pair[1]))
+        if len(pair) == 3:
+            paired.append((pair[0], pair[1]))
     metrics = d.get("metrics", []) or []
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise _err(path, "metrics", f"expected a list of train.csv column names, got {metrics!r}")
@@ -319,7 +328,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
                  _str(path, "reference", d.get("reference", "")),
                  _str(path, "cost", d.get("cost", "")), tuple(envs), seeds, episodes,
                  _flags(path, "flags", d.get("flags")), entries, tuple(pairs),
-                 tuple(metrics), dict(paper))
+                 tuple(metrics), dict(paper), tuple(paired))
 
 
 def check(suite: Suite, envs: bool = True) -> None:

@@ -110,14 +110,19 @@ def final_comparisons(groups: dict[str, list[Path]], pairs, over_curve: bool = F
         rows.append(f"| {mine} - {other} | {len(a)} / {len(b)} | "
                     f"{np.mean(a) - np.mean(b):.1f} | {t:.2f} | {df:.1f} | {p:.3f} | "
                     f"[{lo:.1f}, {hi:.1f}] | {upto} |")
+    what = "Mean return over evaluations" if over_curve else "Final return"
+    return _tests_table(f"{what}, differences of means (Welch's t-test, two-sided, and its "
+                        "95% interval", "runs", rows)
+
+
+def _tests_table(title: str, count: str, rows: list[str]) -> str:
+    """The table of a family of tests with the Bonferroni threshold for their number."""
     if not rows:
         return ""
-    what = "Mean return over evaluations" if over_curve else "Final return"
     multiple = (f"{len(rows)} pairs tested, so p < {0.05 / len(rows):.3g} holds them all at 0.05 "
                 "together, Bonferroni" if len(rows) > 1 else "one pair tested")
-    return "\n".join(["", f"{what}, differences of means (Welch's t-test, two-sided, and "
-                      f"its 95% interval; {multiple}):", "",
-                      "| difference | runs | mean difference | t | df | p | 95% interval "
+    return "\n".join(["", f"{title}; {multiple}):", "",
+                      f"| difference | {count} | mean difference | t | df | p | 95% interval "
                       "| up to step |",
                       "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
 
@@ -161,22 +166,14 @@ def paired_comparisons(groups: dict[str, list[Path]], pairs) -> str:
         if len(seeds) < 2:
             continue
         upto = min(int(read_eval(x[s])["step"][-1]) for s in seeds for x in (a, b))
-
         fa, fb = ([_final_at(x[s], upto) for s in seeds] for x in (a, b))
         t, df, p, lo, hi = paired_t(fa, fb)
         rows.append(f"| {mine} - {other} | {seed_ranges(seeds)} | "
                     f"{np.mean(fa) - np.mean(fb):.1f} | {t:.2f} | {df:.0f} | {p:.3f} | "
                     f"[{lo:.1f}, {hi:.1f}] | {upto} |")
-    if not rows:
-        return ""
-    multiple = (f"{len(rows)} pairs tested, so p < {0.05 / len(rows):.3g} holds them all at 0.05 "
-                "together, Bonferroni" if len(rows) > 1 else "one pair tested")
-    return "\n".join(["", "Final return, paired by seed (pairs whose runs of one seed share "
-                      "their initial draw, and in one loop their env and noise streams; paired "
-                      f"t-test, two-sided, and its 95% interval; {multiple}):", "",
-                      "| difference | seeds | mean difference | t | df | p | 95% interval "
-                      "| up to step |",
-                      "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
+    return _tests_table("Final return, paired by seed (pairs whose runs of one seed share "
+                        "their initial draw, and in one loop their env and noise streams; "
+                        "paired t-test, two-sided, and its 95% interval", "seeds", rows)
 
 
 def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:

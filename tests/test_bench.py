@@ -27,3 +27,13 @@ def test_bench_json_reports_rates_flops_and_efficiency(tmp_path):
 def test_bench_rejects_bad_input(tmp_path):
     assert_one_line_error(run_cli("bench", "nope", cwd=tmp_path), "unknown algorithm")
     assert_one_line_error(run_cli("bench", "ddpg", "--rounds", "0", cwd=tmp_path), "rounds")
+
+
+def test_bench_refuses_a_warmup_before_the_first_update(tmp_path):
+    """TD3 starts updating after 1000 warm-up steps: a timed loop from step 300 would time
+    env steps without updates (thousands of steps/s, a loop ratio far above 1)."""
+    proc = run_cli("bench", "td3", "--env", "Pendulum-v1", "--bench-warmup", "300",
+                   "--bench-steps", "10", "--td3.hidden", "16", "16", cwd=tmp_path)
+    assert_one_line_error(proc, "--bench-warmup 300: no update has run by then (this run's "
+                                "updates start after its 1000 warm-up steps, with a batch of "
+                                "100 in replay); pass --bench-warmup 1001 or more")

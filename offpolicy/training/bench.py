@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from offpolicy import registry
+from offpolicy.errors import OffpolicyError
 
 
 def matmul_gflops(reps: int = 20) -> float:
@@ -57,6 +58,15 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
     peaks = [matmul_gflops()]
     t = Run(run, None)  # the real loop, timed as it trains
     t.train(until=warmup, final_eval=False)  # fills replay, compiles
+    if t.learner.updates == 0:  # the first update (and its compilation) must not be timed
+        need = max(tc.warmup_steps + tc.num_envs, tc.batch_size if tc.wait_for_batch else 1,
+                   tc.segment_length or 0)
+        t.close()
+        raise OffpolicyError(
+            f"--bench-warmup {warmup}: no update has run by then (this run's updates start after "
+            f"its {tc.warmup_steps} warm-up steps"
+            + (f", with a batch of {tc.batch_size} in replay" if tc.wait_for_batch else "")
+            + f"); pass --bench-warmup {need} or more")
     parts = t.parts
     flops = update_flops(parts)
     update = jax.jit(parts.agent.update, donate_argnums=0)

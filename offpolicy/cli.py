@@ -99,12 +99,13 @@ def cmd_bench(argv: list[str]) -> int:
         if action.dest == "env":
             action.help = "Gymnasium environment id (default: HalfCheetah-v5)"
     p.add_argument("--bench-steps", type=int, default=3000, help="timed env steps")
-    p.add_argument("--bench-warmup", type=int, default=1000, help="steps before timing")
+    p.add_argument("--bench-warmup", type=int, default=None,
+                   help="steps before timing (default: 1000, or past the run's first update)")
     p.add_argument("--rounds", type=int, default=3, help="alternating loop/update segments")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     ns = vars(p.parse_args(argv[1:]))
     for k in ("bench_steps", "bench_warmup", "rounds"):
-        if ns[k] < 1:
+        if ns[k] is not None and ns[k] < 1:
             raise OffpolicyError(f"--{k.replace('_', '-')} must be >= 1, got {ns[k]}")
     section = registry.get(algo).section
     train_over, agent_over = _split_flags(ns, section)

@@ -29,9 +29,16 @@ def test_bench_rejects_bad_input(tmp_path):
     assert_one_line_error(run_cli("bench", "ddpg", "--rounds", "0", cwd=tmp_path), "rounds")
 
 
-def test_bench_refuses_a_warmup_before_the_first_update(tmp_path):
-    """TD3 starts updating after 1000 warm-up steps: a timed loop from step 300 would time
-    env steps without updates (thousands of steps/s, a loop ratio far above 1)."""
+def test_bench_warms_up_past_the_first_update(tmp_path):
+    """TD3 starts updating after 1000 warm-up steps: by default the warm-up runs past them,
+    so the first update (and its compilation) is never timed; a warm-up given explicitly that
+    ends before it is refused (the timed loop would time env steps without updates)."""
+    proc = run_cli("bench", "td3", "--env", "Pendulum-v1", "--bench-steps", "6", "--rounds",
+                   "2", "--td3.hidden", "16", "16", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["warmup"] == 1001 and res["compiles"] == 1
+    assert res["updates"] == 1 + 6  # the warm-up's one, then one per timed env step
     proc = run_cli("bench", "td3", "--env", "Pendulum-v1", "--bench-warmup", "300",
                    "--bench-steps", "10", "--td3.hidden", "16", "16", cwd=tmp_path)
     assert_one_line_error(proc, "--bench-warmup 300: no update has run by then (this run's "

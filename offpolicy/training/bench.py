@@ -47,26 +47,43 @@ def update_flops(parts, batch: dict | None = None) -> float:
     return float(cost.get("flops", float("nan")))
 
 
-def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -> dict:
+def first_update_step(tc) -> int:
+    """The earliest env step at which a run of train config ``tc`` can have updated: past its
+    warm-up, with a batch in replay when it waits for one, a segment's end for segments."""
+    return max(tc.warmup_steps + tc.num_envs, tc.batch_size if tc.wait_for_batch else 1,
+               tc.segment_length or 0)
+
+
+def _too_short(warmup: int, need: int, tc) -> OffpolicyError:
+    return OffpolicyError(
+        f"--bench-warmup {warmup}: no update has run by then (this run's updates start after "
+        f"its {tc.warmup_steps} warm-up steps"
+        + (f", with a batch of {tc.batch_size} in replay" if tc.wait_for_batch else "")
+        + f"); pass --bench-warmup {need} or more")
+
+
+def measure(run: registry.RunConfig, steps: int, warmup: int | None = None,
+            rounds: int = 3) -> dict:
+    """``warmup`` steps run untimed first (default: 1000, or past the run's first update if
+    that comes later); a warm-up that ends before the first update is refused."""
     import jax
 
     from offpolicy.training.run import Run
 
     big = 10**9
     tc = run.train
+    need = first_update_step(tc)
+    if warmup is None:
+        warmup = max(1000, need)
+    if warmup < need:
+        raise _too_short(warmup, need, tc)
     tc.steps, tc.eval_every, tc.checkpoint_every, tc.quiet = big, big, big, True
     peaks = [matmul_gflops()]
     t = Run(run, None)  # the real loop, timed as it trains
     t.train(until=warmup, final_eval=False)  # fills replay, compiles
     if t.learner.updates == 0:  # the first update (and its compilation) must not be timed
-        need = max(tc.warmup_steps + tc.num_envs, tc.batch_size if tc.wait_for_batch else 1,
-                   tc.segment_length or 0)
         t.close()
-        raise OffpolicyError(
-            f"--bench-warmup {warmup}: no update has run by then (this run's updates start after "
-            f"its {tc.warmup_steps} warm-up steps"
-            + (f", with a batch of {tc.batch_size} in replay" if tc.wait_for_batch else "")
-            + f"); pass --bench-warmup {need} or more")
+        raise _too_short(warmup, warmup + 1, tc)
     parts = t.parts
     flops = update_flops(parts)
     update = jax.jit(parts.agent.update, donate_argnums=0)
@@ -93,6 +110,7 @@ def measure(run: registry.RunConfig, steps: int, warmup: int, rounds: int = 3) -
     env_rate, upd_rate = float(np.median(loop_rates)), float(np.median(update_rates))
     peak = float(np.percentile(peaks, 50, method="lower"))
     return {"lib": "offpolicy", "algo": run.algo, "env": tc.env, "steps": seg * rounds,
+            "warmup": warmup, "updates": t.learner.updates,
             "num_envs": tc.num_envs, "pipeline": tc.pipeline,
             "env_steps_per_s": env_rate, "update_per_s": upd_rate,
             "update_per_s_rounds": update_rates,

@@ -287,6 +287,9 @@ def test_ray_dispatch_survives_a_lost_node(tmp_path):
         assert proc.returncode == 0, err[-3000:]
         assert all(runner.finished(r.run_dir, r.steps) for r in runs)
         assert max(attempts(r) for r in runs) >= 2, [attempts(r) for r in runs]
+        from offpolicy.suites.host import read_starts
+
+        assert all(len(read_starts(r.run_dir)) == attempts(r) for r in runs)  # one per attempt
         assert (out / "report.md").exists()
     finally:
         cluster.shutdown()

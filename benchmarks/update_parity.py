@@ -1,18 +1,28 @@
-"""Our TD3 update against SB3's, step by step, from the same weights on the same batches.
+"""Our TD3 and SAC updates against SB3's, step by step, from the same weights on the same batches.
 
-    .venv-bench/bin/python benchmarks/update_parity.py [--updates 20] [--out-dir DIR]
+    .venv-bench/bin/python benchmarks/update_parity.py [--algo td3|sac] [--updates 20]
+        [--out-dir DIR]
 
 Run in the bench venv (``make bench-venv``: SB3 and torch) with this checkout on the path (the
 script puts it there). Both agents start from SB3's initial weights (copied into ours), see
 the same replay batches (random HalfCheetah-v5-shaped transitions, a quarter of them terminal)
 and run ``--updates`` updates, in float64 and in float32; after each, the CSV records both
-critic losses and, per parameter group (actor, critics, their targets), the largest absolute
-difference and the share of coordinates off by more than 1e-5. The target policy smoothing
-noise is drawn from each library's own generator, so it is set to zero here (its formula,
-Eq. 14, is unit-tested in tests/test_td3_sac_dqn.py); everything else runs as ``--preset sb3``
-and SB3's defaults configure it (benchmarks/peers.py). In float64 a difference at rounding
-(~1e-14) means the two updates compute the same function; float32 runs part through rounding
-at the ReLUs' kinks (results/update_parity_td3.md).
+critic losses and, per parameter group (actor, critics, their targets; SAC: and log alpha), the
+largest absolute difference and the share of coordinates off by more than 1e-5. Everything
+runs as ``--preset sb3``, and SB3's defaults configure SB3 (benchmarks/peers.py).
+
+Randomness inside the update: TD3's target policy smoothing noise is drawn from each library's
+own generator, so it is set to zero here (its formula, Eq. 14, is unit-tested in
+tests/test_td3_sac_dqn.py). SAC's reparameterised samples are ours: the script draws our
+update's Gaussian noise for each batch from its key exactly as our update does, and hands the
+same numbers to SB3's ``Normal.rsample`` (actor sample first, then the target's, SB3's order).
+In float64 our distributions' float32 casts are lifted and SB3's 1e-6 inside
+log(1 - tanh(u)^2 + 1e-6) is set to 0, so both compute the same function; float32 runs both
+as shipped.
+
+In float64 a difference at rounding (~1e-14) means the two updates compute the same function;
+float32 runs part through rounding at the ReLUs' kinks (results/update_parity_td3.md,
+update_parity_sac.md).
 
 This is the check behind issue 33's ablation: if the updates agree, a difference in learning
 lies in the loop (exploration, warm-up, replay sampling, evaluation), not in the update.
@@ -49,13 +59,28 @@ def sb3_model(seed: int):
     return model
 
 
-def ours_agent(env_id: str = "HalfCheetah-v5", **agent_overrides):
-    """Our TD3 with ``--preset sb3`` on ``env_id`` (``agent_overrides``: --td3.* fields)."""
+def sb3_sac_model(seed: int):
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import configure
+
+    torch.manual_seed(seed)
+    env = gym.make("HalfCheetah-v5")
+    model = SAC("MlpPolicy", env, learning_rate=3e-4, batch_size=BATCH, tau=0.005, gamma=0.99,
+                ent_coef="auto", seed=seed, device="cpu")  # 256-256 relu, SB3's default
+    model.set_logger(configure(None, []))
+    return model
+
+
+def ours_agent(env_id: str = "HalfCheetah-v5", algo: str = "td3", **agent_overrides):
+    """Our ``algo`` with ``--preset sb3`` on ``env_id`` (``agent_overrides``: its --<algo>.*
+    fields)."""
     from offpolicy import registry
     from offpolicy.envs.make import action_spec, make_env
     from offpolicy.training.build import build_agent
 
-    run = registry.resolve("td3", preset="sb3", train_overrides={"env": env_id},
+    run = registry.resolve(algo, preset="sb3", train_overrides={"env": env_id},
                            agent_overrides=agent_overrides)
     env = make_env(env_id, 0)
     spec = action_spec(env)
@@ -71,15 +96,38 @@ def linear(layer) -> tuple[np.ndarray, np.ndarray]:
 def torch_to_ours(mu, q_networks, template: dict) -> dict:
     """SB3's actor (``mu``, its layers) and twin critics (``q_networks``) as our parameter
     trees (same structure as ``template``): the online networks or the targets."""
+    return {"actor": mlp_to_ours([linear(m) for m in mu if hasattr(m, "weight")],
+                                 template["actor"]),
+            "critic": critics_to_ours(q_networks, template["critic"])}
+
+
+def mlp_to_ours(layers: list[tuple[np.ndarray, np.ndarray]], template: dict) -> dict:
+    """(kernel, bias) of each layer of an MLP as our one-MLP parameter tree ``template``."""
     import jax
 
-    actor = [linear(m) for m in mu if hasattr(m, "weight")]
-    critics = [[linear(m) for m in q if hasattr(m, "weight")] for q in q_networks]
-    a_tpl, c_tpl = template["actor"], template["critic"]
-    a = jax.tree_util.tree_map(np.asarray, a_tpl)
+    a = jax.tree_util.tree_map(np.asarray, template)
     (mlp_name,) = a.keys()
-    for i, (w, b) in enumerate(actor):
+    for i, (w, b) in enumerate(layers):
         a[mlp_name][f"Dense_{i}"] = {"kernel": w, "bias": b}
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(template)):
+        assert x.shape == y.shape, (x.shape, y.shape)
+    return a
+
+
+def sac_actor_to_ours(actor, template: dict) -> dict:
+    """SB3's SAC actor (``latent_pi``, then the ``mu`` and ``log_std`` heads) as our Gaussian
+    policy's MLP, whose last layer outputs [mean, log std] side by side."""
+    torso = [linear(m) for m in actor.latent_pi if hasattr(m, "weight")]
+    (wm, bm), (ws, bs) = linear(actor.mu), linear(actor.log_std)
+    return mlp_to_ours(torso + [(np.concatenate([wm, ws], axis=1), np.concatenate([bm, bs]))],
+                       template)
+
+
+def critics_to_ours(q_networks, c_tpl: dict) -> dict:
+    """SB3's twin critics as our critic ensemble's tree (same structure as ``c_tpl``)."""
+    import jax
+
+    critics = [[linear(m) for m in q if hasattr(m, "weight")] for q in q_networks]
     c = jax.tree_util.tree_map(np.asarray, c_tpl)
     # the fused first layer: critic i's columns i*h:(i+1)*h of one [in, 2h] kernel
     first = [q[0] for q in critics]
@@ -92,7 +140,7 @@ def torch_to_ours(mu, q_networks, template: dict) -> dict:
             "bias": np.stack([q[i][1] for q in critics])}
     for x, y in zip(jax.tree_util.tree_leaves(c), jax.tree_util.tree_leaves(c_tpl)):
         assert x.shape == y.shape, (x.shape, y.shape)
-    return {"actor": a, "critic": c}
+    return c
 
 
 def diff(ours: dict, theirs: dict) -> tuple[float, float]:
@@ -116,13 +164,11 @@ def batches(rng: np.random.Generator, n: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def compare(dtype: str, updates: int, seed: int) -> list[dict]:
-    """Rows of per-update differences between ours and SB3 computing in ``dtype``."""
+def compare_td3(dtype: str, updates: int, seed: int) -> list[dict]:
+    """Rows of per-update differences between our TD3 and SB3's computing in ``dtype``."""
     import jax
     import jax.numpy as jnp
-    import torch
     from stable_baselines3.common import policies as sb3_policies
-    from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
     wide = dtype == "float64"
     jax.config.update("jax_enable_x64", wide)
@@ -132,7 +178,7 @@ def compare(dtype: str, updates: int, seed: int) -> list[dict]:
         sb3_policies.preprocess_obs = lambda obs, space, normalize_images=True: obs
         for m in (model.actor, model.actor_target, model.critic, model.critic_target):
             m.double()  # in place: the optimizers keep their parameters
-    agent = ours_agent(policy_noise=0.0)
+    agent = ours_agent(algo="td3", policy_noise=0.0)
     state = agent.init(jax.random.PRNGKey(seed))
 
     def cast(tree):
@@ -157,10 +203,7 @@ def compare(dtype: str, updates: int, seed: int) -> list[dict]:
     a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
     for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
         b = {k: v.astype(np_dtype) for k, v in b.items()}
-        sample = ReplayBufferSamples(
-            torch.as_tensor(b["obs"]), torch.as_tensor(b["action"]),
-            torch.as_tensor(b["next_obs"]), torch.as_tensor(1.0 - b["discount"])[:, None],
-            torch.as_tensor(b["reward"])[:, None])
+        sample = sb3_samples(b)
         model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
         model.train(gradient_steps=1, batch_size=BATCH)
         sb3_loss = float(model.logger.name_to_value["train/critic_loss"])
@@ -176,22 +219,121 @@ def compare(dtype: str, updates: int, seed: int) -> list[dict]:
     return rows
 
 
+def sb3_samples(b: dict):
+    import torch
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+    return ReplayBufferSamples(
+        torch.as_tensor(b["obs"]), torch.as_tensor(b["action"]),
+        torch.as_tensor(b["next_obs"]), torch.as_tensor(1.0 - b["discount"])[:, None],
+        torch.as_tensor(b["reward"])[:, None])
+
+
+def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
+    """Rows of per-update differences between our SAC and SB3's computing in ``dtype``, the
+    reparameterised samples shared (module docstring)."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from stable_baselines3.common import policies as sb3_policies
+
+    from offpolicy import distributions
+
+    wide = dtype == "float64"
+    jax.config.update("jax_enable_x64", wide)
+    np_dtype = np.float64 if wide else np.float32
+    model = sb3_sac_model(seed)
+    f32 = distributions.f32
+    if wide:
+        sb3_policies.preprocess_obs = lambda obs, space, normalize_images=True: obs
+        for m in (model.actor, model.critic, model.critic_target):
+            m.double()
+        model.log_ent_coef.data = model.log_ent_coef.data.double()
+        model.actor.action_dist.epsilon = 0.0  # log(1 - tanh(u)^2), as ours
+        distributions.f32 = jnp.asarray  # our distributions compute in float64 too
+    queue: list[np.ndarray] = []  # the Gaussian noise SB3's next rsample() takes
+    rsample = torch.distributions.Normal.rsample
+    torch.distributions.Normal.rsample = (
+        lambda self, sample_shape=(): self.loc + self.scale * torch.as_tensor(
+            queue.pop(0), dtype=self.loc.dtype))
+    try:
+        agent = ours_agent(algo="sac")
+        state = agent.init(jax.random.PRNGKey(seed))
+
+        def cast(tree):
+            return jax.tree_util.tree_map(
+                lambda x: jnp.asarray(x, np_dtype) if jnp.issubdtype(jnp.asarray(x).dtype,
+                                                                     jnp.floating) else x, tree)
+
+        def theirs(template) -> dict:
+            return {"actor": sac_actor_to_ours(model.actor, template["params"]["actor"]),
+                    "critic": critics_to_ours(model.critic.q_networks,
+                                              template["params"]["critic"]),
+                    "target_critic": critics_to_ours(model.critic_target.q_networks,
+                                                     template["target_critic"]),
+                    "log_alpha": float(model.log_ent_coef.detach().numpy()[0])}
+
+        t0 = theirs(state)
+        params = {"actor": t0["actor"], "critic": t0["critic"]}
+        state = cast({**state, "params": params, "target_critic": t0["target_critic"],
+                      "log_alpha": np.log(1.0),
+                      "actor_opt": agent.actor_opt.init(params["actor"]),
+                      "critic_opt": agent.critic_opt.init(params["critic"]),
+                      "alpha_opt": agent.alpha_opt.init(jnp.asarray(0.0, np_dtype))})
+        update = jax.jit(agent.update)
+        rows = []
+        a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
+        for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
+            b = {k: v.astype(np_dtype) for k, v in b.items()}
+            key = jax.random.PRNGKey(i)
+            k_target, k_actor = jax.random.split(key)  # as our update splits it
+            shape = (BATCH, ACT_DIM)
+            queue[:] = [np.asarray(jax.random.normal(k, shape, jnp.float32))
+                        for k in (k_actor, k_target)]  # SB3 samples the actor's first
+            sample = sb3_samples(b)
+            model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
+            model.train(gradient_steps=1, batch_size=BATCH)
+            assert not queue, "SB3 drew a different number of samples"
+            sb3_loss = float(model.logger.name_to_value["train/critic_loss"])
+            state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()}, key)
+            t = theirs(state)
+            row = {"dtype": dtype, "update": i,
+                   "critic_loss_ours": float(metrics["critic_loss"]),
+                   "critic_loss_sb3": sb3_loss,
+                   "actor_moved": diff(state["params"]["actor"], a0)[0]}
+            for name, ours, other in (("actor", state["params"]["actor"], t["actor"]),
+                                      ("critics", state["params"]["critic"], t["critic"]),
+                                      ("critic_targets", state["target_critic"],
+                                       t["target_critic"])):
+                row[f"{name}_max"], row[f"{name}_off"] = diff(ours, other)
+            row["log_alpha_diff"] = abs(float(state["log_alpha"]) - t["log_alpha"])
+            rows.append(row)
+        return rows
+    finally:
+        torch.distributions.Normal.rsample = rsample
+        distributions.f32 = f32
+
+
+COMPARE = {"td3": compare_td3, "sac": compare_sac}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--algo", choices=list(COMPARE), default="td3")
     p.add_argument("--updates", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtypes", nargs="+", choices=("float64", "float32"),
                    default=["float64", "float32"])
     p.add_argument("--out-dir", type=Path, default=None)
     a = p.parse_args()
-    rows = [r for d in a.dtypes for r in compare(d, a.updates, a.seed)]
+    rows = [r for d in a.dtypes for r in COMPARE[a.algo](d, a.updates, a.seed)]
     keys = list(rows[0])
     print(", ".join(keys))
     for r in rows:
         print(", ".join(f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys))
     if a.out_dir is not None:
         a.out_dir.mkdir(parents=True, exist_ok=True)
-        with open(a.out_dir / "update_parity_td3.csv", "w", newline="") as f:
+        with open(a.out_dir / f"update_parity_{a.algo}.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             w.writerows(rows)

@@ -4,9 +4,10 @@
 #
 #   bash benchmarks/device_grid.sh SUITE ENV STEPS "SEEDS" "ENTRIES" JOBS LIMIT_S
 #
-# e.g. (run tool, carry [".whl"], timeout_s 590):
+# e.g. (run tool, carry [".whl"], timeout_s 600; LIMIT_S + 60 s for the runs to checkpoint
+# after SIGINT + the archive must fit in it):
 #   bash benchmarks/device_grid.sh baselines-peers HalfCheetah-v5 100000 "0 1 2 3 4" \
-#        "td3-sb3" 10 530
+#        "td3-sb3" 10 500
 #
 # That machine has JAX (CUDA) but not our MuJoCo and logging wheels: carry them in .whl/
 # (gymnasium, farama-notifications, mujoco, glfw, pyopengl, tensorboardX, as `pip download
@@ -37,7 +38,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 "$python" -c "import jax; print('jax', jax.__version__, jax.devices())"
 # word splitting of seeds and entries is intended
 # shellcheck disable=SC2086
-timeout -s INT "$limit" "$python" benchmarks/learning.py --suite "$suite" --env "$env" \
+timeout -k 60 -s INT "$limit" "$python" benchmarks/learning.py --suite "$suite" --env "$env" \
     --steps "$steps" --seeds $seeds --entries $entries --jobs "$jobs" --runs-root "$root" \
     --out-dir "$out/report" 2>&1 | tee "$out/driver.log" || true
 tar czf "$out/runs.tgz" --exclude=checkpoints --exclude=tb --exclude='.*lock' "$root"

@@ -208,8 +208,8 @@ SUITE_COMPARISONS = {
                     ("ddpg-lr1e-3", "ddpg"), ("ddpg-gaussian", "ddpg"),
                     # what SB3's learning rate and init cost on top of the action at the input
                     ("ddpg-sb3", "ddpg-input1"), ("sbx-ddpg", "sb3-ddpg")],
-    # "paired": the runs of one seed share their initial draw (SB3's, or ours), and in one
-    # loop also the env and noise streams: also tested paired by seed
+    # "paired": the runs of one seed share their initial draw (SB3's, or ours) or, in one
+    # loop, the env and noise streams, or both: also tested paired by seed
     "td3-loop-ablation": [("sb3-td3-ourupdate", "sb3-td3", "paired"),
                           ("sb3-td3-ourupdate", "td3-sb3-wait"),
                           ("sb3-td3-ourupdate-ourinit", "sb3-td3-ourupdate", "paired"),
@@ -275,7 +275,8 @@ def bench_suite(suite: str, env: str, steps: int, seeds, entries=None,
                  {n: entry_of(n) for n in SUITES[suite]},
                  tuple(p[:2] for p in SUITE_COMPARISONS.get(suite, ())),
                  tuple(SUITE_METRICS.get(suite, ())),
-                 paired=tuple(p[:2] for p in SUITE_COMPARISONS.get(suite, ()) if len(p) == 3))
+                 paired=tuple(p[:2] for p in SUITE_COMPARISONS.get(suite, ())
+                              if p[2:] == ("paired",)))
 
 
 def peer_command(peers_python: str):

@@ -107,6 +107,7 @@ def mlp_to_ours(layers: list[tuple[np.ndarray, np.ndarray]], template: dict) -> 
 
     a = jax.tree_util.tree_map(np.asarray, template)
     (mlp_name,) = a.keys()
+    assert len(a[mlp_name]) == len(layers), (list(a[mlp_name]), len(layers))  # every layer
     for i, (w, b) in enumerate(layers):
         a[mlp_name][f"Dense_{i}"] = {"kernel": w, "bias": b}
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(template)):
@@ -134,6 +135,7 @@ def critics_to_ours(q_networks, c_tpl: dict) -> dict:
     c["Dense_0"] = {"kernel": np.concatenate([w for w, _ in first], axis=1),
                     "bias": np.concatenate([b for _, b in first])}
     (vm_name,) = [k for k in c if k != "Dense_0"]
+    assert len(c[vm_name]) == len(critics[0]) - 1, (list(c[vm_name]), len(critics[0]))
     for i in range(1, len(critics[0])):
         c[vm_name][f"Dense_{i - 1}"] = {
             "kernel": np.stack([q[i][0] for q in critics]),
@@ -144,11 +146,13 @@ def critics_to_ours(q_networks, c_tpl: dict) -> dict:
 
 
 def diff(ours: dict, theirs: dict) -> tuple[float, float]:
-    """(largest absolute difference, fraction of coordinates off by more than ``OFF``)."""
+    """(largest absolute difference, fraction of coordinates off by more than ``OFF``); the
+    two trees must have one structure."""
     import jax
 
-    d = np.concatenate([np.abs(np.asarray(x) - np.asarray(y)).ravel() for x, y in zip(
-        jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs))])
+    gaps = jax.tree_util.tree_map(lambda x, y: np.abs(np.asarray(x) - np.asarray(y)).ravel(),
+                                  ours, theirs)
+    d = np.concatenate(jax.tree_util.tree_leaves(gaps))
     return float(d.max()), float(np.mean(d > OFF))
 
 
@@ -276,7 +280,7 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
         t0 = theirs(state)
         params = {"actor": t0["actor"], "critic": t0["critic"]}
         state = cast({**state, "params": params, "target_critic": t0["target_critic"],
-                      "log_alpha": np.log(1.0),
+                      "log_alpha": t0["log_alpha"],
                       "actor_opt": agent.actor_opt.init(params["actor"]),
                       "critic_opt": agent.critic_opt.init(params["critic"]),
                       "alpha_opt": agent.alpha_opt.init(jnp.asarray(0.0, np_dtype))})

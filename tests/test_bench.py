@@ -42,5 +42,30 @@ def test_bench_warms_up_past_the_first_update(tmp_path):
     proc = run_cli("bench", "td3", "--env", "Pendulum-v1", "--bench-warmup", "300",
                    "--bench-steps", "10", "--td3.hidden", "16", "16", cwd=tmp_path)
     assert_one_line_error(proc, "--bench-warmup 300: no update has run by then (this run's "
-                                "updates start after its 1000 warm-up steps, with a batch of "
-                                "100 in replay); pass --bench-warmup 1001 or more")
+                                "first update comes at step 1001 or later: 1000 warm-up steps, "
+                                "a batch of 100 in replay, --updates-per-step 1); pass a larger "
+                                "one, or leave it out")
+
+
+def test_first_update_step_against_the_loop():
+    """The lower bound the warm-up starts from, for the loop's rules: the first step past the
+    warm-up (K copies step together), a batch in replay when waiting, then enough steps to owe
+    one update at a fractional --updates-per-step; segments end at multiples of k x K."""
+    from types import SimpleNamespace
+
+    from offpolicy.training.bench import first_update_step
+
+    def tc(**kw):
+        d = dict(num_envs=1, warmup_steps=1000, batch_size=100, wait_for_batch=True,
+                 segment_length=0, updates_per_step=1.0)
+        return SimpleNamespace(**{**d, **kw})
+
+    assert first_update_step(tc()) == 1001
+    assert first_update_step(tc(updates_per_step=0.5)) == 1002  # DQN --preset zoo-cartpole
+    assert first_update_step(tc(updates_per_step=0.25, num_envs=4)) == 1004
+    assert first_update_step(tc(warmup_steps=101, num_envs=4)) == 104
+    assert first_update_step(tc(warmup_steps=0, batch_size=256)) == 256
+    assert first_update_step(tc(warmup_steps=0, batch_size=256, wait_for_batch=False)) == 1
+    assert first_update_step(tc(warmup_steps=0, batch_size=16, segment_length=20,
+                                num_envs=4)) == 80
+    assert first_update_step(tc(warmup_steps=0, segment_length=20, num_envs=4)) == 160

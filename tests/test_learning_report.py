@@ -87,8 +87,8 @@ def test_reports_say_which_host_ran_which_run_and_keep_it_through_the_csvs(tmp_p
     monkeypatch.undo()
     text = write_report(s, runs, out, "h", "cmd")
     line = next(x for x in text.splitlines() if x.startswith("Hosts"))
-    assert line.endswith(f"{here}: naf s0-1; Big box, 16 cores, 1x NVIDIA H200: naf s1, "
-                         "ddpg-refer s0."), line
+    assert line.endswith(f"{here} (this machine): naf s0-1; Big box, 16 cores, 1x NVIDIA "
+                         "H200: naf s1, ddpg-refer s0."), line
     other = tmp_path / "elsewhere"
     s2, moved = _grid("refer-pendulum", other, "Pendulum-v1", 20, seeds=(0, 1))
     assert len(restore_finished(moved, out, "h")) == 3

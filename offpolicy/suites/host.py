@@ -79,7 +79,9 @@ def machine() -> str:
 
 
 def host() -> str:
-    """This machine as a run's host: CPU, cores, memory, GPUs, Python and JAX versions."""
+    """This machine as a run's host: CPU, cores, memory, GPUs, Python and JAX versions (of the
+    interpreter that records it: the suite's driver; a peer library's run, in its own venv,
+    shares the machine but not necessarily these versions)."""
     from importlib.metadata import PackageNotFoundError, version
 
     parts = [f"{_cpu()}, {_cores()} cores{_memory()}"]
@@ -97,7 +99,7 @@ def record_start(run_dir: Path, step: int) -> None:
     """Append this machine to the run's hosts file: the run (re)starts here at ``step``."""
     path = hosts_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
+    new = not path.exists() or path.stat().st_size == 0  # (an empty file: a crash at creation)
     with open(path, "a", newline="") as f:
         w = csv.writer(f)
         if new:

@@ -153,9 +153,9 @@ def _final_at(run_dir: Path, upto: int) -> float:
 
 def paired_comparisons(groups: dict[str, list[Path]], pairs) -> str:
     """For each (entry, against) pair declared paired (a run of a seed shares its initial
-    draw, and in one loop its env and noise streams, with the other's run of that seed, so the
-    seed's difference removes what they share): the paired t-test of final returns over the
-    seeds both have (at least two), at the last step all those runs reached."""
+    draw, or in one loop its env and noise streams, or both, with the other's run of that seed,
+    so the seed's difference removes what they share): the paired t-test of final returns over
+    the seeds both have (at least two), at the last step all those runs reached."""
     from offpolicy.plotting import read_eval
 
     rows = []
@@ -172,8 +172,8 @@ def paired_comparisons(groups: dict[str, list[Path]], pairs) -> str:
                     f"{np.mean(fa) - np.mean(fb):.1f} | {t:.2f} | {df:.0f} | {p:.3f} | "
                     f"[{lo:.1f}, {hi:.1f}] | {upto} |")
     return _tests_table("Final return, paired by seed (pairs whose runs of one seed share "
-                        "their initial draw, and in one loop their env and noise streams; "
-                        "paired t-test, two-sided, and its 95% interval", "seeds", rows)
+                        "their initial draw, or in one loop their env and noise streams, or "
+                        "both; paired t-test, two-sided, and its 95% interval", "seeds", rows)
 
 
 def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:
@@ -240,9 +240,11 @@ def hosts_line(by_env: dict[str, dict[str, list[Path]]]) -> str:
     if not known or (known == [here]):
         return ""
     order = known + (["not recorded"] if "not recorded" in ran else [])
-    return ("\nHosts (each run's hosts file; a run resumed elsewhere is under each): "
-            + "; ".join(f"{h}: " + ", ".join(f"{label} s{seed_ranges(seeds)}"
-                                             for label, seeds in ran[h].items())
+    return ("\nHosts (from each run's hosts file; a run resumed on another machine is under "
+            "both): "
+            + "; ".join(f"{h}{' (this machine)' if h == here else ''}: "
+                        + ", ".join(f"{label} s{seed_ranges(seeds)}"
+                                    for label, seeds in ran[h].items())
                         for h in order) + ".\n")
 
 
@@ -291,6 +293,8 @@ def _write_csvs(by_env, runs: list[RunSpec], out_dir: Path, stem: str, metrics) 
             w.writerow(["env", "entry", "seed", *HOST_FIELDS])
             for env, entry, d, r in starts:
                 w.writerow([env, entry, d.name[1:], *(r[k] for k in HOST_FIELDS)])
+    else:  # no run has a record: an older file would describe other runs
+        (out_dir / f"{stem}_hosts.csv").unlink(missing_ok=True)
     if not metrics:
         return
     with open(out_dir / f"{stem}_train.csv", "w", newline="") as f:
@@ -451,7 +455,8 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
         if not evs or max(int(r["step"]) for r in evs) < run.steps:
             continue
         if (run.run_dir / "eval.csv").exists():  # here already; its hosts file may not be
-            if mine(host_rows, run) and not read_starts(run.run_dir):
+            if (mine(host_rows, run) and not read_starts(run.run_dir)
+                    and finished(run.run_dir, run.steps)):
                 write_starts(run.run_dir, mine(host_rows, run))
             continue
         evs = [r for r in evs if int(r["step"]) <= run.steps]  # a longer run's tail stays out

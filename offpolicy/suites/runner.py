@@ -139,6 +139,27 @@ def prepare(run: RunSpec, command_for: Callable[[RunSpec], list[str]] | None = N
     return cmd
 
 
+def start_step(run: RunSpec, cmd: list[str]) -> int:
+    """The step ``cmd`` (from :func:`prepare`) starts ``run`` at: 0 for a fresh start, else the
+    checkpoint's (ours: the latest checkpoint's step; a peer's: its last evaluation, after
+    which its script checkpoints)."""
+    if run.entry.peer:
+        if not (run.run_dir / PEER_CHECKPOINT).exists():
+            return 0
+        from offpolicy.plotting import last_eval
+
+        return max(last_eval(run.run_dir / "eval.csv")[0], 0)
+    if "--resume" not in cmd:
+        return 0
+    from offpolicy.training import checkpoint
+
+    name = checkpoint.pointer_target(run.run_dir / "checkpoints", "latest")
+    try:
+        return checkpoint.step_of(name) if name else current_step(run.run_dir)
+    except (ValueError, IndexError):
+        return current_step(run.run_dir)
+
+
 def single_threaded_env() -> dict[str, str]:
     """One thread per run: learning curves do not depend on thread counts, and several runs
     side by side with multi-threaded BLAS/OpenMP/XLA oversubscribe the cores badly (SB3 fell
@@ -377,11 +398,12 @@ def _start(run: RunSpec, command_for, out: Outcome, view: Progress):
     log = None
     try:
         cmd = prepare(run, command_for)
-        record_start(run.run_dir, current_step(run.run_dir))
         log = open(run.log_path, "a")
         print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {' '.join(cmd)}", file=log, flush=True)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 env=single_threaded_env(), start_new_session=True)
+        with contextlib.suppress(OSError):  # a record, never a reason to stop the run
+            record_start(run.run_dir, start_step(run, cmd))
     except (OSError, OffpolicyError) as e:
         if log is not None:
             log.close()
@@ -452,7 +474,8 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
         rc = 0
     else:
         cmd = prepare(run)
-        record_start(run.run_dir, current_step(run.run_dir))
+        with contextlib.suppress(OSError):
+            record_start(run.run_dir, start_step(run, cmd))
         try:  # which Ray node: several may share a host
             import ray
 

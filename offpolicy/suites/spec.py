@@ -18,7 +18,7 @@ The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the 
       ddpg: {}                         # algo defaults to the entry's name
     compare: [[ddpg-refer, ddpg-er]]   # Welch tests of final returns, (entry, against);
                                        #   [a, b, paired]: also paired by seed (a run of a
-                                       #   seed shares its draws and streams with b's)
+                                       #   seed shares its draw or streams with b's)
     metrics: [kl_mu_pi]                # train.csv columns drawn and averaged per entry
     threshold: 1000                    # sample efficiency: first evaluation at or above it
 
@@ -95,8 +95,8 @@ class Suite:
     compare: tuple[tuple[str, str], ...] = ()
     metrics: tuple[str, ...] = ()
     paper: dict = field(default_factory=dict)
-    # compare pairs whose runs of one seed share everything but what the pair compares (the
-    # same initial draw, env and noise streams): also tested paired by seed
+    # compare pairs whose runs of one seed share their initial draw, or the env and noise
+    # streams, or both: also tested paired by seed
     paired: tuple[tuple[str, str], ...] = ()
 
     def select(self, *, seeds=None, steps=None, envs=None, entries=None,

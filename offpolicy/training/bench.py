@@ -9,6 +9,7 @@ their ratio is the loop's overhead.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -48,42 +49,61 @@ def update_flops(parts, batch: dict | None = None) -> float:
 
 
 def first_update_step(tc) -> int:
-    """The earliest env step at which a run of train config ``tc`` can have updated: past its
-    warm-up, with a batch in replay when it waits for one, a segment's end for segments."""
-    return max(tc.warmup_steps + tc.num_envs, tc.batch_size if tc.wait_for_batch else 1,
-               tc.segment_length or 0)
+    """A lower bound of the env step of a run's first update (train config ``tc``): the first
+    step past its warm-up, with a batch in replay when it waits for one, then as many steps as
+    ``--updates-per-step`` takes to owe one update (segments: the first segment end there;
+    ACER's replay updates are Poisson, so its first may come later)."""
+    k = tc.num_envs
+    start = max((tc.warmup_steps // k + 1) * k, tc.batch_size if tc.wait_for_batch else 1)
+    start = -(-start // k) * k  # env steps advance k at a time
+    if tc.segment_length:
+        seg = tc.segment_length * k
+        return -(-start // seg) * seg
+    calls = math.ceil(1.0 / (k * tc.updates_per_step)) if tc.updates_per_step > 0 else 1
+    return start + (max(calls, 1) - 1) * k
 
 
-def _too_short(warmup: int, need: int, tc) -> OffpolicyError:
-    return OffpolicyError(
-        f"--bench-warmup {warmup}: no update has run by then (this run's updates start after "
-        f"its {tc.warmup_steps} warm-up steps"
-        + (f", with a batch of {tc.batch_size} in replay" if tc.wait_for_batch else "")
-        + f"); pass --bench-warmup {need} or more")
+MAX_EXTRA_WARMUP = 100_000  # env steps the default warm-up may run on to reach an update
+
+
+def _no_update(warmup: int, need: int, tc, explicit: bool) -> OffpolicyError:
+    why = (f"this run's first update comes at step {need} or later: {tc.warmup_steps} warm-up "
+           f"steps" + (f", a batch of {tc.batch_size} in replay" if tc.wait_for_batch else "")
+           + f", --updates-per-step {tc.updates_per_step:g}")
+    if explicit:
+        return OffpolicyError(f"--bench-warmup {warmup}: no update has run by then ({why}); "
+                              "pass a larger one, or leave it out (the default warm-up runs "
+                              "until the first update)")
+    return OffpolicyError(f"no update in the first {warmup} env steps ({why}): nothing to time")
 
 
 def measure(run: registry.RunConfig, steps: int, warmup: int | None = None,
             rounds: int = 3) -> dict:
-    """``warmup`` steps run untimed first (default: 1000, or past the run's first update if
-    that comes later); a warm-up that ends before the first update is refused."""
+    """``warmup`` env steps run untimed first; by default 1000, or on until the run's first
+    update has run (and compiled), so that the timed loop updates from its first step. A
+    ``warmup`` given that ends before the first update is refused."""
     import jax
 
     from offpolicy.training.run import Run
 
     big = 10**9
     tc = run.train
-    need = first_update_step(tc)
-    if warmup is None:
+    need, explicit = first_update_step(tc), warmup is not None
+    if not explicit:
         warmup = max(1000, need)
-    if warmup < need:
-        raise _too_short(warmup, need, tc)
+    elif warmup < need:
+        raise _no_update(warmup, need, tc, True)
     tc.steps, tc.eval_every, tc.checkpoint_every, tc.quiet = big, big, big, True
     peaks = [matmul_gflops()]
     t = Run(run, None)  # the real loop, timed as it trains
     t.train(until=warmup, final_eval=False)  # fills replay, compiles
+    chunk = max(100, tc.segment_length) * tc.num_envs
+    while not explicit and t.learner.updates == 0 and t.step < warmup + MAX_EXTRA_WARMUP:
+        t.train(until=t.step + chunk, final_eval=False)
     if t.learner.updates == 0:  # the first update (and its compilation) must not be timed
         t.close()
-        raise _too_short(warmup, warmup + 1, tc)
+        raise _no_update(t.step, need, tc, explicit)
+    warmup = t.step
     parts = t.parts
     flops = update_flops(parts)
     update = jax.jit(parts.agent.update, donate_argnums=0)

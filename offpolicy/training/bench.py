@@ -77,6 +77,22 @@ def _no_update(warmup: int, need: int, tc, explicit: bool) -> OffpolicyError:
     return OffpolicyError(f"no update in the first {warmup} env steps ({why}): nothing to time")
 
 
+def _warm_up(t, warmup: int | None, need: int) -> int:
+    """Train the run ``t`` untimed to ``warmup`` (None: 1000 or ``need``, then on until its
+    first update); the step reached. Its first update (and its compilation) must not fall in
+    the timed loop: a run without one is closed and refused."""
+    tc = t.train_cfg
+    explicit = warmup is not None
+    t.train(until=warmup if explicit else max(1000, need), final_eval=False)
+    start, chunk = t.step, max(100, tc.segment_length) * tc.num_envs
+    while not explicit and t.learner.updates == 0 and t.step < start + MAX_EXTRA_WARMUP:
+        t.train(until=t.step + chunk, final_eval=False)
+    if t.learner.updates == 0:
+        t.close()
+        raise _no_update(t.step, need, tc, explicit)
+    return t.step
+
+
 def measure(run: registry.RunConfig, steps: int, warmup: int | None = None,
             rounds: int = 3) -> dict:
     """``warmup`` env steps run untimed first; by default 1000, or on until the run's first
@@ -88,22 +104,13 @@ def measure(run: registry.RunConfig, steps: int, warmup: int | None = None,
 
     big = 10**9
     tc = run.train
-    need, explicit = first_update_step(tc), warmup is not None
-    if not explicit:
-        warmup = max(1000, need)
-    elif warmup < need:
+    need = first_update_step(tc)
+    if warmup is not None and warmup < need:
         raise _no_update(warmup, need, tc, True)
     tc.steps, tc.eval_every, tc.checkpoint_every, tc.quiet = big, big, big, True
     peaks = [matmul_gflops()]
     t = Run(run, None)  # the real loop, timed as it trains
-    t.train(until=warmup, final_eval=False)  # fills replay, compiles
-    chunk = max(100, tc.segment_length) * tc.num_envs
-    while not explicit and t.learner.updates == 0 and t.step < warmup + MAX_EXTRA_WARMUP:
-        t.train(until=t.step + chunk, final_eval=False)
-    if t.learner.updates == 0:  # the first update (and its compilation) must not be timed
-        t.close()
-        raise _no_update(t.step, need, tc, explicit)
-    warmup = t.step
+    warmup = _warm_up(t, warmup, need)
     parts = t.parts
     flops = update_flops(parts)
     update = jax.jit(parts.agent.update, donate_argnums=0)

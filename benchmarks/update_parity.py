@@ -168,32 +168,47 @@ def batches(rng: np.random.Generator, n: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def compare_td3(dtype: str, updates: int, seed: int) -> list[dict]:
-    """Rows of per-update differences between our TD3 and SB3's computing in ``dtype``."""
+def precision(dtype: str, modules) -> type:
+    """Compute in ``dtype`` on both sides: JAX's x64 mode, and in float64 SB3's ``modules``
+    cast in place (their optimizers keep their parameters) and its observations left as given
+    (SB3's preprocess_obs casts them to float32). The NumPy dtype."""
     import jax
-    import jax.numpy as jnp
     from stable_baselines3.common import policies as sb3_policies
 
     wide = dtype == "float64"
     jax.config.update("jax_enable_x64", wide)
-    np_dtype = np.float64 if wide else np.float32
-    model = sb3_model(seed)
-    if wide:  # SB3 casts observations to float32 (preprocess_obs): keep them as given
+    if wide:
         sb3_policies.preprocess_obs = lambda obs, space, normalize_images=True: obs
-        for m in (model.actor, model.actor_target, model.critic, model.critic_target):
-            m.double()  # in place: the optimizers keep their parameters
+        for m in modules:
+            m.double()
+    return np.float64 if wide else np.float32
+
+
+def cast(tree, np_dtype: type):
+    """``tree`` with its floating leaves in ``np_dtype`` (counters and keys as they are)."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree_util.tree_map(
+        lambda x: jnp.asarray(x, np_dtype) if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)
+        else x, tree)
+
+
+def compare_td3(dtype: str, updates: int, seed: int) -> list[dict]:
+    """Rows of per-update differences between our TD3 and SB3's computing in ``dtype``."""
+    import jax
+    import jax.numpy as jnp
+
+    model = sb3_model(seed)
+    np_dtype = precision(dtype, (model.actor, model.actor_target, model.critic,
+                                 model.critic_target))
     agent = ours_agent(algo="td3", policy_noise=0.0)
     state = agent.init(jax.random.PRNGKey(seed))
-
-    def cast(tree):
-        return jax.tree_util.tree_map(
-            lambda x: jnp.asarray(x, np_dtype) if jnp.issubdtype(jnp.asarray(x).dtype,
-                                                                 jnp.floating) else x, tree)
-
-    params = cast(torch_to_ours(model.actor.mu, model.critic.q_networks, state["params"]))
+    params = cast(torch_to_ours(model.actor.mu, model.critic.q_networks, state["params"]),
+                  np_dtype)
     state = cast({**state, "params": params, "target": params,
                   "actor_opt": agent.actor_opt.init(params["actor"]),
-                  "critic_opt": agent.critic_opt.init(params["critic"])})
+                  "critic_opt": agent.critic_opt.init(params["critic"])}, np_dtype)
     update = jax.jit(agent.update)
 
     def theirs() -> dict:
@@ -239,19 +254,13 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
     import jax
     import jax.numpy as jnp
     import torch
-    from stable_baselines3.common import policies as sb3_policies
 
     from offpolicy import distributions
 
-    wide = dtype == "float64"
-    jax.config.update("jax_enable_x64", wide)
-    np_dtype = np.float64 if wide else np.float32
     model = sb3_sac_model(seed)
+    np_dtype = precision(dtype, (model.actor, model.critic, model.critic_target))
     f32 = distributions.f32
-    if wide:
-        sb3_policies.preprocess_obs = lambda obs, space, normalize_images=True: obs
-        for m in (model.actor, model.critic, model.critic_target):
-            m.double()
+    if np_dtype == np.float64:
         model.log_ent_coef.data = model.log_ent_coef.data.double()
         model.actor.action_dist.epsilon = 0.0  # log(1 - tanh(u)^2), as ours
         distributions.f32 = jnp.asarray  # our distributions compute in float64 too
@@ -263,11 +272,6 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
     try:
         agent = ours_agent(algo="sac")
         state = agent.init(jax.random.PRNGKey(seed))
-
-        def cast(tree):
-            return jax.tree_util.tree_map(
-                lambda x: jnp.asarray(x, np_dtype) if jnp.issubdtype(jnp.asarray(x).dtype,
-                                                                     jnp.floating) else x, tree)
 
         def theirs(template) -> dict:
             return {"actor": sac_actor_to_ours(model.actor, template["params"]["actor"]),
@@ -283,7 +287,7 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
                       "log_alpha": t0["log_alpha"],
                       "actor_opt": agent.actor_opt.init(params["actor"]),
                       "critic_opt": agent.critic_opt.init(params["critic"]),
-                      "alpha_opt": agent.alpha_opt.init(jnp.asarray(0.0, np_dtype))})
+                      "alpha_opt": agent.alpha_opt.init(jnp.asarray(0.0, np_dtype))}, np_dtype)
         update = jax.jit(agent.update)
         rows = []
         a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])

@@ -432,18 +432,17 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
     directories are not committed, the CSVs are, so a grid that takes several sessions
     resumes where the last one stopped. CSVs without an ``env`` column (one env per file)
     match every env. A finished run here without its hosts file takes the committed one."""
-    evals, trains = out_dir / f"{stem}.csv", out_dir / f"{stem}_train.csv"
-    if not evals.exists():
+    if not (out_dir / f"{stem}.csv").exists():
         return []
-    with open(evals, newline="") as f:
-        rows = list(csv.DictReader(f))
-    train_rows, host_rows = [], []
-    if trains.exists():
-        with open(trains, newline="") as f:
-            train_rows = list(csv.DictReader(f))
-    if (out_dir / f"{stem}_hosts.csv").exists():
-        with open(out_dir / f"{stem}_hosts.csv", newline="") as f:
-            host_rows = list(csv.DictReader(f))
+
+    def read(suffix: str) -> list[dict[str, str]]:
+        path = out_dir / f"{stem}{suffix}.csv"
+        if not path.exists():
+            return []
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    rows, train_rows, host_rows = read(""), read("_train"), read("_hosts")
 
     def mine(table, run):
         return [r for r in table if r["entry"] == run.entry.name and r["seed"] == str(run.seed)
@@ -451,13 +450,12 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
 
     restored = []
     for run in runs:
-        evs = mine(rows, run)
+        evs, starts = mine(rows, run), mine(host_rows, run)
         if not evs or max(int(r["step"]) for r in evs) < run.steps:
             continue
         if (run.run_dir / "eval.csv").exists():  # here already; its hosts file may not be
-            if (mine(host_rows, run) and not read_starts(run.run_dir)
-                    and finished(run.run_dir, run.steps)):
-                write_starts(run.run_dir, mine(host_rows, run))
+            if starts and not read_starts(run.run_dir) and finished(run.run_dir, run.steps):
+                write_starts(run.run_dir, starts)
             continue
         evs = [r for r in evs if int(r["step"]) <= run.steps]  # a longer run's tail stays out
         run.run_dir.mkdir(parents=True, exist_ok=True)
@@ -477,7 +475,7 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
                 w.writeheader()
                 for r in tr:
                     w.writerow(r)
-        if mine(host_rows, run):
-            write_starts(run.run_dir, mine(host_rows, run))
+        if starts:
+            write_starts(run.run_dir, starts)
         restored.append(run.label)
     return restored

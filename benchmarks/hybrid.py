@@ -9,6 +9,10 @@ actor, which acts and is evaluated. ``--init own`` starts our networks from SB3'
 weights (copied in, as benchmarks/update_parity.py does); ``--init ours`` from our own
 initialiser (``--td3.init torch``: the same law, other draws).
 
+``--algo sac --init ours`` (``sb3-sac-ourinit``) does the same for SB3's SAC: its actor (torso,
+mean and log-std heads) and twin critics start from our SAC's initial draw (``--preset sb3``:
+torch's law), everything else SB3's.
+
 Reading: if ``sb3-td3-ourupdate`` learns like ``sb3-td3``, the gap between ``td3-sb3`` and
 ``sb3-td3`` lies in our loop (collection, replay, the start of updates); if it learns like
 ``td3-sb3``, it lies in the update as compiled in float32 (results/update_parity_td3.md shows
@@ -20,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from update_parity import ours_agent, torch_to_ours
+from update_parity import critics_to_ours, ours_agent, sac_actor_to_ours, torch_to_ours
 
 INITS = ("own", "ours")
 
@@ -43,38 +47,72 @@ def actor_to_torch(actor: dict, mu) -> None:
         _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
 
 
+def critics_to_torch(c: dict, q_networks) -> None:
+    """Our twin critics' tree ``c`` into SB3's ``q_networks``, in place (under no_grad): the
+    fused first layer's columns q*h:(q+1)*h are critic q's, the rest is stacked on axis 0."""
+    (vm_name,) = [k for k in c if k != "Dense_0"]
+    for q, net in enumerate(q_networks):
+        layers = _actor_layers(net)
+        h = layers[0].weight.shape[0]
+        first = c["Dense_0"]
+        _load(layers[0], np.asarray(first["kernel"])[:, q * h:(q + 1) * h],
+              np.asarray(first["bias"])[q * h:(q + 1) * h])
+        for j, layer in enumerate(layers[1:]):
+            d = c[vm_name][f"Dense_{j}"]
+            _load(layer, np.asarray(d["kernel"])[q], np.asarray(d["bias"])[q])
+
+
 def ours_to_torch(params: dict, mu, q_networks) -> None:
-    """Our parameter trees (``params``: actor and twin critics) into SB3's actor layers ``mu``
-    and critics ``q_networks``, in place: the inverse of update_parity's ``torch_to_ours``."""
+    """Our TD3 parameter trees (``params``: actor and twin critics) into SB3's actor layers
+    ``mu`` and critics ``q_networks``, in place: the inverse of update_parity's
+    ``torch_to_ours``."""
     import torch
 
-    c = params["critic"]
-    (vm_name,) = [k for k in c if k != "Dense_0"]
     with torch.no_grad():
         actor_to_torch(params["actor"], mu)
-        for q, net in enumerate(q_networks):
-            layers = _actor_layers(net)
-            h = layers[0].weight.shape[0]
-            first = c["Dense_0"]
-            _load(layers[0], np.asarray(first["kernel"])[:, q * h:(q + 1) * h],
-                  np.asarray(first["bias"])[q * h:(q + 1) * h])
-            for j, layer in enumerate(layers[1:]):
-                d = c[vm_name][f"Dense_{j}"]
-                _load(layer, np.asarray(d["kernel"])[q], np.asarray(d["bias"])[q])
+        critics_to_torch(params["critic"], q_networks)
 
 
-def our_initial_draw(model, env_id: str, seed: int) -> None:
-    """``--update own --init ours``: SB3's TD3 from our initialiser's draw (actor, critics and
-    their targets), everything else SB3's; separates the draw from the update and the loop."""
+def sac_to_torch(params: dict, actor, q_networks) -> None:
+    """Our SAC parameter trees into SB3's SAC ``actor`` (``latent_pi``, then the ``mu`` and
+    ``log_std`` heads: our last layer's columns [:m] and [m:]) and critics, in place: the
+    inverse of update_parity's ``sac_actor_to_ours`` and ``critics_to_ours``."""
+    import torch
+
+    (mlp,) = params["actor"].values()
+    torso = _actor_layers(actor.latent_pi)
+    last = mlp[f"Dense_{len(torso)}"]
+    w, b = np.asarray(last["kernel"]), np.asarray(last["bias"])
+    m = w.shape[1] // 2
+    with torch.no_grad():
+        for i, layer in enumerate(torso):
+            _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
+        _load(actor.mu, w[:, :m], b[:m])
+        _load(actor.log_std, w[:, m:], b[m:])
+        critics_to_torch(params["critic"], q_networks)
+
+
+def our_initial_draw(model, env_id: str, seed: int, algo: str = "td3") -> None:
+    """``--update own --init ours``: SB3's TD3 or SAC from our initialiser's draw (actor,
+    critics and their targets), everything else SB3's; separates the draw from the update
+    and the loop. The copy is read back into our trees and checked leaf by leaf."""
     import jax
 
-    state = ours_agent(env_id).init(jax.random.PRNGKey(seed))
-    ours_to_torch(state["params"], model.actor.mu, model.critic.q_networks)
-    back = torch_to_ours(model.actor.mu, model.critic.q_networks, state["params"])
-    for x, y in zip(jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(back)):
+    params = ours_agent(env_id, algo).init(jax.random.PRNGKey(seed))["params"]
+    if algo == "td3":
+        ours_to_torch(params, model.actor.mu, model.critic.q_networks)
+        back = torch_to_ours(model.actor.mu, model.critic.q_networks, params)
+        model.actor_target.load_state_dict(model.actor.state_dict())
+    elif algo == "sac":
+        sac_to_torch(params, model.actor, model.critic.q_networks)
+        back = {"actor": sac_actor_to_ours(model.actor, params["actor"]),
+                "critic": critics_to_ours(model.critic.q_networks, params["critic"])}
+    else:
+        raise ValueError(f"--init ours is defined for td3 and sac, not {algo!r}")
+    for x, y in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(back),
+                    strict=True):
         if not np.array_equal(np.asarray(x), np.asarray(y)):  # the mapping, checked every run
             raise AssertionError("our draw did not survive the round trip through SB3's layers")
-    model.actor_target.load_state_dict(model.actor.state_dict())
     model.critic_target.load_state_dict(model.critic.state_dict())
 
 

@@ -58,6 +58,9 @@ SUITES = {
     # for a full batch (step 256, before); SB3's TD3 itself from our initialiser's draw
     "td3-loop-ablation": ["td3-sb3", "td3-sb3-wait", "sb3-td3", "sb3-td3-ourupdate",
                           "sb3-td3-ourupdate-ourinit", "sb3-td3-ourinit"],
+    # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
+    # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
+    "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -220,6 +223,8 @@ SUITE_COMPARISONS = {
                           ("td3-sb3", "td3-sb3-wait", "paired"), ("td3-sb3", "sb3-td3"),
                           # the two libraries' TD3 from the same (our) initial draws
                           ("td3-sb3", "sb3-td3-ourinit", "paired")],
+    "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
+                          ("sac-sb3", "sb3-sac-ourinit", "paired")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],
@@ -241,6 +246,7 @@ PEER_VARIANTS = {
     "sb3-td3-ourupdate": ("sb3", "td3", ("--update", "ours")),
     "sb3-td3-ourupdate-ourinit": ("sb3", "td3", ("--update", "ours", "--init", "ours")),
     "sb3-td3-ourinit": ("sb3", "td3", ("--init", "ours")),
+    "sb3-sac-ourinit": ("sb3", "sac", ("--init", "ours")),
 }
 
 

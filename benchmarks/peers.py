@@ -503,8 +503,8 @@ def cmd_learn(args: argparse.Namespace) -> None:
     hybrid_update = args.update == "ours"
     if hybrid_update and (lib != "sb3" or args.algo != "td3"):
         raise SystemExit("--update ours is defined for --lib sb3 --algo td3 only")
-    if args.init != "own" and (lib != "sb3" or args.algo != "td3"):
-        raise SystemExit("--init ours is defined for --lib sb3 --algo td3 only")
+    if args.init != "own" and (lib != "sb3" or args.algo not in ("td3", "sac")):
+        raise SystemExit("--init ours is defined for --lib sb3 --algo td3 or sac only")
     settings = pc.learn_settings(lib, args.algo, args, asdict(cfg))
     if hybrid_update or args.init != "own":  # recorded only then: plain runs keep theirs
         settings.update(update=args.update, init=args.init)
@@ -522,7 +522,7 @@ def cmd_learn(args: argparse.Namespace) -> None:
     elif args.init == "ours":
         from hybrid import our_initial_draw
 
-        our_initial_draw(model, args.env, args.seed)
+        our_initial_draw(model, args.env, args.seed, args.algo)
 
     def full_state() -> dict[str, Any]:
         state = model_state(lib, model)
@@ -575,8 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="learn only, --lib sb3 --algo td3: 'ours' runs our jitted TD3 "
                        "update inside SB3's loop (benchmarks/hybrid.py, issue 33's ablation)")
         p.add_argument("--init", choices=("own", "ours"), default="own",
-                       help="learn only, --lib sb3 --algo td3: start from SB3's initial "
-                       "weights (own) or from our initialiser's draw (ours)")
+                       help="learn only, --lib sb3 --algo td3 or sac: start from SB3's "
+                       "initial weights (own) or from our initialiser's draw (ours)")
 
     return pc.build_parser(
         __doc__,

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 
 STATS = ("mean_abs_action", "action_spread", "abs_mean_action", "q_mean", "q_spread",
          "twin_gap")
-HIDDEN = {"td3": [400, 300], "sac": [256, 256]}  # the learning runs' (benchmarks/peers.py)
+ALGOS = ("td3", "sac")
 
 
 def statistics(action: np.ndarray, q: np.ndarray, log_std: np.ndarray | None = None
@@ -69,10 +69,12 @@ def sb3_draw(algo: str, env, seed: int, obs: np.ndarray, act: np.ndarray):
     """(action, q, log_std or None) of SB3's initial networks for ``seed``."""
     import stable_baselines3
     import torch
+    from peers import BASELINES  # the learning runs' networks
 
     torch.manual_seed(seed)
     model = getattr(stable_baselines3, algo.upper())(
-        "MlpPolicy", env, policy_kwargs=dict(net_arch=HIDDEN[algo]), seed=seed, device="cpu")
+        "MlpPolicy", env, policy_kwargs=dict(net_arch=list(BASELINES[algo].hidden)), seed=seed,
+        device="cpu")
     o, u = torch.as_tensor(obs), torch.as_tensor(act)
     with torch.no_grad():
         q = np.stack([x.numpy()[:, 0] for x in model.critic(o, u)])
@@ -84,12 +86,13 @@ def sb3_draw(algo: str, env, seed: int, obs: np.ndarray, act: np.ndarray):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algo", choices=tuple(HIDDEN), default="td3")
+    p.add_argument("--algo", choices=ALGOS, default="td3")
     p.add_argument("--seeds", type=int, default=150)
     p.add_argument("--out-dir", type=Path, default=None)
     a = p.parse_args()
 
     import gymnasium as gym
+    from peers import BASELINES
     from scipy import stats
     from update_parity import ours_agent
 
@@ -119,15 +122,15 @@ def main() -> int:
             w = csv.writer(f)
             w.writerow(["lib", "seed", *names])
             w.writerows(rows)
-        name, net = a.algo.upper(), "-".join(map(str, HIDDEN[a.algo]))
+        title, net = a.algo.upper(), "-".join(map(str, BASELINES[a.algo].hidden))
         algo_flag = "" if a.algo == "td3" else f" --algo {a.algo}"
         head = [
-            f"# Initial draws: our {name} against SB3's",
+            f"# Initial draws: our {title} against SB3's",
             "",
             f"Command: `.venv-bench/bin/python benchmarks/init_law.py{algo_flag} --seeds "
             f"{a.seeds} --out-dir benchmarks/results`",
             "",
-            f"{a.seeds} seeds each: our {name}'s initial actor and twin critics (`--preset "
+            f"{a.seeds} seeds each: our {title}'s initial actor and twin critics (`--preset "
             f"sb3`, PyTorch's law) and SB3's ({net} relu), on the same 300 HalfCheetah-v5 "
             "states of a random rollout and 300 uniform actions. Per draw: mean |action|, the "
             "action's spread over states, |mean action|, mean and spread of Q_1, mean |Q_1 - "

@@ -92,6 +92,7 @@ import peer_common as pc
 import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.noise import OrnsteinUhlenbeckActionNoise
 
 Lib = Literal["sb3", "sbx"]
@@ -290,10 +291,16 @@ def config_of(algo: str, protocol: dict) -> Any:
 
 def build(args: argparse.Namespace, env: gym.Env[Any, Any], warmup: int, cfg: Any
           ) -> BaseAlgorithm:
-    """The peer's ``args.algo`` with the hyper-parameters ``cfg`` (:func:`config_of`)."""
+    """The peer's ``args.algo`` with the hyper-parameters ``cfg`` (:func:`config_of`).
+
+    Its logger writes nowhere: left to itself, every ``learn`` makes an empty
+    ``$TMPDIR/SB3-<date>`` folder (SB3's and SBX's default logger), one per run of a grid."""
     if args.algo == "ddpg":
-        return make_model(args.lib, env, cfg, warmup, args.seed)
-    return make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed)
+        model = make_model(args.lib, env, cfg, warmup, args.seed)
+    else:
+        model = make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed)
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def cmd_throughput(args: argparse.Namespace) -> None:

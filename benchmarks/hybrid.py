@@ -29,7 +29,7 @@ from update_parity import critics_to_ours, ours_agent, sac_actor_to_ours, torch_
 INITS = ("own", "ours")
 
 
-def _actor_layers(mu) -> list:
+def _linear_layers(mu) -> list:
     return [m for m in mu if hasattr(m, "weight")]
 
 
@@ -43,7 +43,7 @@ def _load(layer, kernel, bias) -> None:
 def actor_to_torch(actor: dict, mu) -> None:
     """Our actor's parameter tree into SB3's actor layers ``mu``, in place (under no_grad)."""
     (mlp,) = actor.values()
-    for i, layer in enumerate(_actor_layers(mu)):
+    for i, layer in enumerate(_linear_layers(mu)):
         _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
 
 
@@ -52,7 +52,7 @@ def critics_to_torch(c: dict, q_networks) -> None:
     fused first layer's columns q*h:(q+1)*h are critic q's, the rest is stacked on axis 0."""
     (vm_name,) = [k for k in c if k != "Dense_0"]
     for q, net in enumerate(q_networks):
-        layers = _actor_layers(net)
+        layers = _linear_layers(net)
         h = layers[0].weight.shape[0]
         first = c["Dense_0"]
         _load(layers[0], np.asarray(first["kernel"])[:, q * h:(q + 1) * h],
@@ -80,7 +80,7 @@ def sac_to_torch(params: dict, actor, q_networks) -> None:
     import torch
 
     (mlp,) = params["actor"].values()
-    torso = _actor_layers(actor.latent_pi)
+    torso = _linear_layers(actor.latent_pi)
     last = mlp[f"Dense_{len(torso)}"]
     w, b = np.asarray(last["kernel"]), np.asarray(last["bias"])
     m = w.shape[1] // 2

@@ -44,6 +44,18 @@ OBS_DIM, ACT_DIM, BATCH = 17, 6, 256  # HalfCheetah-v5
 OFF = 1e-5  # 1% of one Adam step at learning rate 1e-3
 
 
+def _sb3_settings(algo: str) -> dict:
+    """SB3's settings of ``algo`` in the learning runs (peers.BASELINES), with this script's
+    batch size."""
+    from peers import BASELINES
+
+    cfg = BASELINES[algo]
+    assert cfg.batch_size == BATCH, (algo, cfg.batch_size)
+    return dict(learning_rate=cfg.learning_rate, batch_size=cfg.batch_size, tau=cfg.tau,
+                gamma=cfg.gamma, policy_kwargs=dict(net_arch=list(cfg.hidden)),
+                device=cfg.device)
+
+
 def sb3_model(seed: int):
     import gymnasium as gym
     import torch
@@ -52,9 +64,8 @@ def sb3_model(seed: int):
 
     torch.manual_seed(seed)
     env = gym.make("HalfCheetah-v5")
-    model = TD3("MlpPolicy", env, learning_rate=1e-3, batch_size=BATCH, tau=0.005, gamma=0.99,
-                policy_delay=2, target_policy_noise=0.0, target_noise_clip=0.5,
-                policy_kwargs=dict(net_arch=[400, 300]), seed=seed, device="cpu")
+    model = TD3("MlpPolicy", env, **_sb3_settings("td3"), policy_delay=2,
+                target_policy_noise=0.0, target_noise_clip=0.5, seed=seed)
     model.set_logger(configure(None, []))
     return model
 
@@ -67,8 +78,7 @@ def sb3_sac_model(seed: int):
 
     torch.manual_seed(seed)
     env = gym.make("HalfCheetah-v5")
-    model = SAC("MlpPolicy", env, learning_rate=3e-4, batch_size=BATCH, tau=0.005, gamma=0.99,
-                ent_coef="auto", seed=seed, device="cpu")  # 256-256 relu, SB3's default
+    model = SAC("MlpPolicy", env, **_sb3_settings("sac"), ent_coef="auto", seed=seed)
     model.set_logger(configure(None, []))
     return model
 

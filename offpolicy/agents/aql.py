@@ -1,5 +1,5 @@
 """Amortized Q-learning (Van de Wiele, Warde-Farley, Mnih & Mnih 2020, "Q-Learning in
-enormous action spaces via amortized approximate maximization", Sec. 3-4, Algorithms 1-2,
+enormous action spaces via amortized approximate maximization", Sec. 4, Algorithms 1-2,
 App. A1-A2) and its baselines Uniform-Q, QT-Opt (CEM) and exact Q, over any action space the
 library describes: discrete, multi-discrete, continuous, discretized continuous
 (``--discretize K``) and hybrid.
@@ -21,7 +21,7 @@ Learning from unrolls of T steps (``sequences(T)``), a* recomputed with the curr
 Q' is Q itself (no target network, as in the paper) or a periodically copied target. For an
 autoregressive proposal the entropy is the sum of the conditional entropies along the prefix
 of one fresh proposal sample (the exact entropy of the joint has no closed form). Two Adam
-optimisers (App. A1), the proposal's features are its own (the Control Suite's shared state
+optimisers (App. A1-A2), the proposal's features are its own (the Control Suite's shared state
 embedding is the identity, so the proposal loss never moves the Q network).
 
 Why a* is recomputed at learning time instead of stored when acting: the unrolls are replayed

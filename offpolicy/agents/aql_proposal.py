@@ -1,4 +1,4 @@
-"""AQL's learned proposal (Van de Wiele et al. 2020, Sec. 3-4, App. A1): a distribution over
+"""AQL's learned proposal (Van de Wiele et al. 2020, Sec. 4 and 5.1, App. A1): a distribution over
 the sub-actions of an action, autoregressive or independent, sampled and trained by the AQL
 agent (:mod:`offpolicy.agents.aql`). Unlike the actors of :mod:`offpolicy.distributions`, it
 holds parameters of its own (a parameter tree the agent trains) rather than reading a
@@ -18,14 +18,14 @@ from offpolicy.normal_numerics import LOG_SQRT_2PI, f32, std_normal_logpdf
 
 @dataclass(frozen=True)
 class Proposal:
-    """AQL's proposal mu(a|s) over D sub-actions (Van de Wiele et al. 2020, Sec. 3-4, App. A1),
+    """AQL's proposal mu(a|s) over D sub-actions (Van de Wiele et al. 2020, Sec. 4, 5.1, App. A1),
     autoregressive or independent, as pure functions of a parameter tree.
 
     ``sub_actions`` lists the sub-actions in the flat action's order: ``("discrete", n)`` (a
     discrete or discretized sub-action, its value the index as a float) or ``("continuous",
     1)`` (a value in [-1, 1]). Sub-action d's statistics are a linear map of the state
     features and, when ``autoregressive``, of the encodings of sub-actions 1..d-1 (one-hot for a
-    discrete one, the value for a continuous one; paper Sec. 4: "a linear transformation of a
+    discrete one, the value for a continuous one; paper Sec. 5.1: "a linear transformation of a
     concatenation of features derived from the state and one-hot encodings of all previously
     sampled sub-actions"):
 

@@ -9,8 +9,9 @@ say so in its commit:
     python tests/golden_runs.py ddpg ace   # some
 
 XLA:CPU's results depend on the CPU's instruction set and on the library versions, so the
-files carry the fingerprint of the machine that wrote them (``fingerprint.json``); on another
-one the test compares structure only and says why.
+files carry the fingerprint of the machine that wrote them (``fingerprint.json``); there the
+test compares every value exactly, on another machine within float32 rounding
+(tests/test_golden.py, ``RTOL``).
 """
 
 from __future__ import annotations

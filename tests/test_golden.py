@@ -5,6 +5,7 @@ directory checkpointed before it still resumes."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -14,20 +15,46 @@ from golden_runs import GOLDEN, NAMES, cli_env_for_golden, fingerprint, produce,
 RECORDED = json.loads((GOLDEN / "fingerprint.json").read_text())
 
 
+# On a machine other than the recording one, XLA:CPU rounds float32 differently (vector widths,
+# summation order): measured on a 2-core AMD EPYC against the recorded host, every value of
+# every golden run agrees within 8e-5 relative but ACE's share of choices per actor (an argmax
+# near a tie flips: 0.2279 against 0.2287). A change of behaviour moves values by far more.
+RTOL = 1e-3
+ATOL = {"chosen_fraction": 0.02}  # column prefix -> absolute tolerance (shares of argmax picks)
+
+
+def _close(key: str, got: str, want: str) -> bool:
+    if got == want:
+        return True
+    try:
+        g, w = float(got), float(want)
+    except (TypeError, ValueError):
+        return False
+    if math.isnan(g) or math.isnan(w):
+        return math.isnan(g) and math.isnan(w)
+    atol = next((a for prefix, a in ATOL.items() if key.startswith(prefix)), 1e-9)
+    return math.isclose(g, w, rel_tol=RTOL, abs_tol=atol)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_golden_run_reproduces(tmp_path, name):
+    """Exactly on the recording machine (tests/golden/fingerprint.json); elsewhere within
+    float32 rounding (RTOL)."""
     run_dir = produce(name, tmp_path, cli_env_for_golden())
+    exact = fingerprint() == RECORDED
     for f in ("eval.csv", "train.csv"):
         got, want = read_rows(run_dir / f), read_rows(GOLDEN / name / f)
         assert [list(r) for r in got[:1]] == [list(r) for r in want[:1]], f  # the columns
         assert [r["step"] for r in got] == [r["step"] for r in want], f
-        if fingerprint() != RECORDED:
-            differs = sorted(k for k in RECORDED if fingerprint().get(k) != RECORDED[k])
-            pytest.skip(f"golden values were recorded with other {', '.join(differs)}: XLA:CPU "
-                        "rounds differently there; structure checked only (re-record with "
-                        "python tests/golden_runs.py on this machine to compare values)")
         for i, (g, w) in enumerate(zip(got, want)):
-            assert g == w, f"{name}/{f} row {i + 2} differs:\n got  {g}\n want {w}"
+            if exact:
+                assert g == w, f"{name}/{f} row {i + 2} differs:\n got  {g}\n want {w}"
+                continue
+            off = {k: (g[k], w[k]) for k in w if not _close(k, g[k], w[k])}
+            differs = sorted(k for k in RECORDED if fingerprint().get(k) != RECORDED[k])
+            assert not off, (f"{name}/{f} row {i + 2}: beyond float32 rounding (rtol {RTOL}; "
+                             f"this machine differs from the recording one in "
+                             f"{', '.join(differs)}): {off}")
 
 
 def test_a_run_checkpointed_before_the_restructuring_resumes(tmp_path):

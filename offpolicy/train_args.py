@@ -51,9 +51,16 @@ class Parser(argparse.ArgumentParser):
             flags = [a for a in message.split(":", 1)[1].split() if a.startswith("-")]
             known = sorted(o for a in self._actions for o in a.option_strings if o.startswith("--"))
             bad = flags[0] if flags else message.split(":", 1)[1].strip()
-            hint = did_you_mean(bad.split("=")[0], known)
-            raise OffpolicyError(
-                f"{self.prog}: unknown flag {bad}{hint} (valid: {', '.join(known)})")
+            name = bad.split("=")[0]
+            hint = did_you_mean(name, known)
+            # the flags of the section the misspelt one names (--ddpg.*), or all of them
+            section = name[2:].split(".", 1)[0] + "." if "." in name else None
+            near = [o for o in known if section and o.startswith(("--" + section,
+                                                                   "--no-" + section))]
+            where = (f"{section[:-1]} flags: {', '.join(near)}" if near
+                     else f"valid: {', '.join(known)}")
+            raise OffpolicyError(f"{self.prog}: unknown flag {bad}{hint} ({where}; every flag: "
+                                 f"{self.prog} --help)")
         raise OffpolicyError(f"{self.prog}: {message}")
 
 

@@ -699,30 +699,6 @@ def test_bias_correction_is_unbiased_by_enumeration(seed):
             assert not np.allclose(expected_grad(False), unbiased, atol=1e-3)
 
 
-# --------------------------------------------------------------------------- Eq. 13
-def test_sdn_mean_of_q_tilde_over_pi_is_v():
-    """E_{a ~ pi} E_{u_1..n ~ pi} Q~(x, a) = V(x): the Monte-Carlo mean of
-    Q~ = V + A(a) - 1/n sum_j A(u_j) is within 4 standard errors of V, for each of 3 states;
-    without the baseline the mean is far from V (the test can tell)."""
-    n, samples, std = 5, 4000, 0.3
-    net = ContinuousNetwork(HIDDEN, "tanh", False, ACTION_DIM, False, std)
-    key, k_obs, k_a, k_u = jax.random.split(jax.random.PRNGKey(0), 4)
-    obs = jax.random.normal(k_obs, (3, OBS_DIM))
-    params = net.init(key, obs, jnp.zeros((3, 1, ACTION_DIM)),
-                      method=ContinuousNetwork.init_all)["params"]
-    params = perturbed(params, jax.random.PRNGKey(1), 0.5)
-    mean, v = net.apply({"params": params}, obs)
-    a = mean[:, None] + std * jax.random.normal(k_a, (3, samples, ACTION_DIM))
-    u = mean[:, None] + std * jax.random.normal(k_u, (3, samples * n, ACTION_DIM))
-    adv_a = np64(net.apply({"params": params}, obs, a, method=ContinuousNetwork.advantages))
-    adv_u = np64(net.apply({"params": params}, obs, u, method=ContinuousNetwork.advantages))
-    q_tilde = np64(v)[:, None] + adv_a - adv_u.reshape(3, samples, n).mean(-1)
-    se = q_tilde.std(-1, ddof=1) / np.sqrt(samples)
-    assert np.all(np.abs(q_tilde.mean(-1) - np64(v)) < 4 * se)
-    no_baseline = np64(v)[:, None] + adv_a
-    assert np.all(np.abs(no_baseline.mean(-1) - np64(v)) > 20 * se)
-
-
 # --------------------------------------------------------------------------- theta_a
 @pytest.mark.parametrize("discrete", [True, False])
 def test_average_network_moves_by_one_minus_alpha_of_the_gap(discrete):

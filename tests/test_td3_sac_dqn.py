@@ -211,18 +211,23 @@ def test_dqn_n_step_target_against_a_loop(seed):
 
 
 def test_dueling_heads_keep_the_advantage_mean_at_zero():
+    """Q = V + A - mean_a A (Wang et al. 2016, Eq. 9): a per-action shift d of the advantage
+    head moves Q by d - mean(d) (a constant shift not at all), a shift of V moves every Q."""
     agent = _dqn(dueling=True)
     params = agent.init(jax.random.PRNGKey(0))["params"]
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
-    z = agent.q_values(params, obs)
+    z = np.asarray(agent.q_values(params, obs))
     assert set(params) == {"Torso_0", "Dense_0", "Dense_1"}
-    value = (agent.net.apply({"params": params}, obs, method=lambda m, o: m(o)))
-    np.testing.assert_allclose(np.asarray(value), np.asarray(z))
-    # Q - mean_a Q is the advantage head centred: V drops out
-    v_head = params["Dense_0"]
+    v_head, a_head = params["Dense_0"], params["Dense_1"]
+    assert v_head["bias"].shape == (1,) and a_head["bias"].shape == (z.shape[-1],)
     shifted = {**params, "Dense_0": {**v_head, "bias": v_head["bias"] + 7.0}}
-    np.testing.assert_allclose(np.asarray(agent.q_values(shifted, obs)) - np.asarray(z), 7.0,
-                               rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(agent.q_values(shifted, obs)) - z, 7.0, rtol=1e-5)
+    d = np.random.default_rng(1).normal(size=z.shape[-1]).astype(np.float32) + 1.0
+    moved = {**params, "Dense_1": {**a_head, "bias": a_head["bias"] + d}}
+    np.testing.assert_allclose(np.asarray(agent.q_values(moved, obs)) - z,
+                               np.broadcast_to(d - d.mean(), z.shape), atol=1e-5)
+    flat = {**params, "Dense_1": {**a_head, "bias": a_head["bias"] + 5.0}}
+    np.testing.assert_allclose(np.asarray(agent.q_values(flat, obs)), z, atol=1e-5)
 
 
 def test_dqn_epsilon_decays_linearly_in_env_steps():
@@ -260,10 +265,28 @@ def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
         "eval_episodes": 1, "quiet": True, "replay": "per", "updates_per_step": 1.0,
         "warmup_steps": 20}, agent_overrides={"hidden": (8,), "n_step": 3, "double": True})
     r = Run(run, tmp_path / "run")
+    replay = r.learner.replay
+    assert replay.per is not None
+    drawn, written = [], []
+    sample, update = replay.prioritized_sample, replay.update_priorities
+
+    def spy_sample(n, step):
+        idx, weight = sample(n, step)
+        drawn.append(np.array(idx))
+        return idx, weight
+
+    def spy_update(idx, priority):
+        written.append((np.array(idx), np.array(priority)))
+        update(idx, priority)
+
+    replay.prioritized_sample, replay.update_priorities = spy_sample, spy_update
     r.train(final_eval=False)
-    assert r.learner.updates > 300
-    per = r.learner.replay.per
-    assert per is not None
+    assert r.learner.updates > 300 and len(drawn) == len(written) == r.learner.updates
+    for start, (slots, priority) in zip(drawn, written):
+        # only each window's first step (the drawn slot) gets a priority, |Q(s_0, a_0) - G|
+        np.testing.assert_array_equal(slots, start)
+        assert np.isfinite(priority).all() and (priority >= 0).all()
+    assert len({float(p) for _, ps in written for p in ps}) > 100  # TD errors, not a constant
 
 
 @pytest.mark.parametrize("wait", [True, False])

@@ -33,16 +33,23 @@ def test_async_envs_run_to_the_end_without_forking_jax(tmp_path, algo, env, extr
 
 
 # ---------------------------------------------------------------------- item 5
-def test_mujoco_envs_are_built_without_the_model_files_deprecation():
+def test_mujoco_envs_are_built_without_the_model_files_deprecation(tmp_path, monkeypatch,
+                                                                     capfd):
     """Every MuJoCo env construction printed MuJoCo 3.17's 'settotalmass' deprecation about
-    Gymnasium's own model files; it is filtered where envs are built, and nothing wider."""
+    Gymnasium's own model files (to the C-level stderr and to MUJOCO_LOG.TXT in the working
+    directory); it is filtered where envs are built, and nothing wider."""
     pytest.importorskip("mujoco")
     from offpolicy.envs.make import make_env, mujoco_warning
 
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         make_env("HalfCheetah-v5", 0).close()
         make_env("Hopper-v5", 0).close()
+    out, err = capfd.readouterr()
+    assert "settotalmass" not in out + err, err
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
     assert not [w for w in seen if "settotalmass" in str(w.message)], [str(w.message)
                                                                        for w in seen]
     with pytest.warns(UserWarning, match="MuJoCo: Nan, Inf or huge value in QACC"):

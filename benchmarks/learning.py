@@ -302,15 +302,21 @@ def peer_command(peers_python: str):
     return command
 
 
+# flags with values that say what one driver does or where this machine keeps files, not what
+# the grid is: a report's command leaves them out, so that it reruns on any clone (the runs in
+# benchmarks/runs, the finished ones restored from the committed CSVs in benchmarks/results)
+LOCAL_FLAGS = ("--entries", "--runs-root", "--out-dir", "--peers-python")
+
+
 def canonical_args(argv: list[str]) -> list[str]:
     """``argv`` without the flags that choose what one driver does rather than the grid:
-    --report-only, --include-running and --entries with its names."""
+    --report-only, --include-running, and :data:`LOCAL_FLAGS` with their values."""
     out, skipping = [], False
     for x in argv:
-        if x.startswith("--entries="):
+        if x.startswith(tuple(f + "=" for f in LOCAL_FLAGS)):
             continue
         if x.startswith("--"):
-            skipping = x == "--entries"
+            skipping = x in LOCAL_FLAGS
             if skipping or x in ("--report-only", "--include-running"):
                 continue
         elif skipping:

@@ -443,7 +443,9 @@ def main() -> int:
         return 2
     a.out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = a.out_dir / f"throughput_{a.suite}.csv"
-    command = "python benchmarks/throughput.py " + " ".join(sys.argv[1:])
+    from learning import canonical_args  # without this machine's paths (--out-dir, ...)
+
+    command = "python benchmarks/throughput.py " + " ".join(canonical_args(sys.argv[1:]))
     rows: list[dict] = []
     fields = COLUMNS + ["versions"]
     if a.resume and csv_path.exists():

@@ -383,7 +383,11 @@ def test_a_driver_of_some_entries_keeps_the_other_entries_rows(tmp_path, monkeyp
     assert learning.main() == 0
     text = (out / "learning_refer-pendulum_Pendulum-v1.md").read_text()
     assert "| naf | 1 | 20 |" in text and "| ddpg-refer | 1 | 20 |" in text
-    assert "--entries" not in text and "--seeds 0 --runs-root" in text
+    # the command reruns on any clone: no machine's paths, no one driver's selection
+    assert "--entries" not in text and "--runs-root" not in text and str(root) not in text
+    assert "--steps 20 --seeds 0`" in text
     assert learning.canonical_args(["--suite", "x", "--entries", "a", "b", "--jobs", "2",
-                                    "--entries=c", "--report-only"]) == \
-        ["--suite", "x", "--jobs", "2"]
+                                    "--entries=c", "--report-only", "--out-dir", "/w/o",
+                                    "--runs-root=/w/r", "--peers-python", "/p/python",
+                                    "--seeds", "1"]) == \
+        ["--suite", "x", "--jobs", "2", "--seeds", "1"]

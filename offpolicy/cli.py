@@ -11,6 +11,7 @@ generated from the config dataclasses: ``--steps`` for the loop, ``--<section>.<
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -148,8 +149,16 @@ def cmd_eval(argv: list[str]) -> int:
         raise OffpolicyError(f"--episodes must be >= 1, got {a.episodes}")
     from offpolicy.api import load
 
+    if a.out is not None and not a.proposal:
+        raise OffpolicyError("--out applies with --proposal only (the figure it writes)")
+    out_path = _figure_path(a.out or a.run_dir / "proposal.png") if a.proposal else None
     agent = load(a.run_dir, a.checkpoint)
     t = agent.run
+    # refused before the evaluation, not after it
+    if a.per_actor and not t.contract.num_actors:
+        raise OffpolicyError(f"--per-actor needs an actor ensemble; {t.run.algo} has none")
+    if a.proposal and t.contract.inspect is None:
+        raise OffpolicyError(f"--proposal needs an AQL run; {t.run.algo} has no proposal")
     import numpy as np
 
     returns = t.evaluate(a.episodes)
@@ -158,8 +167,6 @@ def cmd_eval(argv: list[str]) -> int:
           f"{a.episodes} episode{'s' if a.episodes != 1 else ''}; std {returns.std():.2f})")
     if a.per_actor:
         n = t.contract.num_actors
-        if not n:
-            raise OffpolicyError(f"--per-actor needs an actor ensemble; {t.run.algo} has none")
         print("| actor | return mean | return std |\n|---:|---:|---:|")
         for i in range(n):
             r = t.evaluate(a.episodes, policy=t.contract.single_actor_policy(i))
@@ -168,15 +175,49 @@ def cmd_eval(argv: list[str]) -> int:
         from offpolicy.plotting import plot_proposal
         from offpolicy.training.evaluation import trace_episode
 
-        if t.contract.inspect is None:
-            raise OffpolicyError(f"--proposal needs an AQL run; {t.run.algo} has no proposal")
         trace = trace_episode(t, t.contract.inspect)
-        out = plot_proposal(trace, t.contract.sub_actions, a.out or a.run_dir / "proposal.png",
-                            f"{t.run.algo} {t.run.train.env} step {t.step}",
-                            std=t.agent.config.proposal_std)
+        with _writing(out_path):
+            out = plot_proposal(trace, t.contract.sub_actions, out_path,
+                                f"{t.run.algo} {t.run.train.env} step {t.step}",
+                                std=t.agent.config.proposal_std)
         print(f"wrote {out} ({len(trace['reward'])} steps, return "
               f"{float(sum(trace['reward'])):.2f})")
     return 0
+
+
+def _figure_path(path: Path) -> Path:
+    """A figure file to write: its format from the suffix (PNG when there is none, as
+    matplotlib does), checked before any work."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if not str(path) or path.name in ("", ".", "..") or path.is_dir():
+        raise OffpolicyError(f"--out: expected a file name such as curves.png, got '{path}'")
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise OffpolicyError(f"--out {path}: cannot write '{path.suffix}' figures (valid: "
+                             f"{', '.join('.' + f for f in sorted(formats))})")
+    return path
+
+
+@contextlib.contextmanager
+def _writing(path: Path):
+    """Make ``path``'s missing folders for the block, and take them away again if it fails."""
+    made = [d for d in [path.parent, *path.parent.parents] if not d.exists()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OffpolicyError(f"cannot write {path}: {e}") from e
+    try:
+        yield
+    except BaseException as e:
+        for d in made:  # deepest first
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        if isinstance(e, OSError):
+            raise OffpolicyError(f"cannot write {path}: {e}") from e
+        raise
 
 
 def _run_dirs(paths: list[Path]) -> list[Path]:
@@ -207,6 +248,7 @@ def cmd_plot(argv: list[str]) -> int:
                    "without it are left out and named")
     p.add_argument("--log", action="store_true", help="logarithmic y axis")
     a = p.parse_args(argv)
+    target = _figure_path(a.out)
     from offpolicy.plotting import group_by_env, has_metric, plot_envs
 
     dirs = _run_dirs(a.runs)
@@ -219,12 +261,9 @@ def cmd_plot(argv: list[str]) -> int:
         dirs = [d for d in dirs if d not in missing]
         if not dirs:
             raise OffpolicyError(f"no run has a train.csv column '{a.metric}'")
-    existed = a.out.exists()
-    try:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OffpolicyError(f"cannot write {a.out}: {e}") from e
-    out = plot_envs(group_by_env(dirs), a.out, a.title, a.metric, a.log)
+    existed = target.exists()
+    with _writing(target):
+        out = plot_envs(group_by_env(dirs), target, a.title, a.metric, a.log)
     print(f"wrote {out}" + (" (replacing the file there)" if existed else ""))
     return 0
 

@@ -35,7 +35,8 @@ class TrainConfig:
 
     env: str = _f("Pendulum-v1", "Gymnasium environment id")
     steps: int = _f(100_000, "environment steps to train for", ge=1)
-    seed: int = _f(0, "random seed (networks, replay sampling, exploration, env resets)", ge=0)
+    seed: int = _f(0, "random seed (networks, replay sampling, exploration, env resets)", ge=0,
+                   le=2**31 - 1)
     warmup_steps: int = _f(
         0, "initial steps with uniformly random actions (deterministic policies; stochastic ones "
         "sample from their initial policy); updates start once warm-up is over and the replay "
@@ -473,11 +474,19 @@ def coerce(cls: type, name: str, value: Any, where: str) -> Any:
         if typing.get_origin(tp) is tuple:
             if isinstance(value, (int, str)):
                 value = [value]
-            return tuple(int(v) for v in value)
+            return tuple(_integer(v) for v in value)
     except (TypeError, ValueError) as e:
         raise OffpolicyError(f"{where}: invalid value {value!r} (expected {_type_name(tp)})") \
             from e
     return value
+
+
+def _integer(v: Any) -> int:
+    """An int from an int, an integral float or a string of one (YAML, the CLI); 1.5, True and
+    'abc' are errors, not truncated."""
+    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError(v)
+    return int(v)
 
 
 def _type_name(tp: Any) -> str:
@@ -485,6 +494,8 @@ def _type_name(tp: Any) -> str:
         return "a list of integers"
     return getattr(tp, "__name__", str(tp))
 
+
+MAX_SIZE = 2**20  # a layer width or count beyond which a config is a typo, not a network
 
 _BOUNDS = (("gt", lambda a, b: a > b, ">"), ("ge", lambda a, b: a >= b, ">="),
            ("lt", lambda a, b: a < b, "<"), ("le", lambda a, b: a <= b, "<="))
@@ -511,8 +522,8 @@ def validate(cfg: Any, prefix: str = "") -> None:
                 bound = m.get(key)
                 if bound is not None and not ok(x, bound):
                     raise OffpolicyError(f"{flag}: must be {word} {bound}, got {x}")
-        if isinstance(v, tuple) and any(x < 1 for x in v):
-            raise OffpolicyError(f"{flag}: sizes must be >= 1, got {list(v)}")
+        if isinstance(v, tuple) and any(not 1 <= x <= MAX_SIZE for x in v):
+            raise OffpolicyError(f"{flag}: sizes must be between 1 and {MAX_SIZE}, got {list(v)}")
 
 
 def apply_overrides(cfg: Any, overrides: dict[str, Any], where: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -30,6 +31,9 @@ def parse_csv(path: Path) -> tuple[list[str], list[list[str]], bool]:
     if incomplete and not rows:  # the header itself was cut
         return [], [], True
     return header, rows, incomplete
+
+
+EVAL_COLUMNS = ("return_mean", "return_se")  # what every reader of an eval.csv row uses
 
 
 def read_eval_csv(path: Path, quiet: bool = False) -> list[dict[str, float]]:
@@ -67,6 +71,13 @@ def read_eval_csv(path: Path, quiet: bool = False) -> list[dict[str, float]]:
                                      f"{v[:40]!r}") from None
         if "step" not in row:
             raise OffpolicyError(f"{path}, line {n}: no step")
+        if not math.isfinite(row["step"]) or row["step"] < 0:
+            raise OffpolicyError(f"{path}, line {n}: step {fields[header.index('step')]!r} is "
+                                 "not a step count")
+        missing = [k for k in EVAL_COLUMNS if k not in row] if path.name == "eval.csv" else []
+        if missing:
+            raise OffpolicyError(f"{path}, line {n}: no {' or '.join(missing)} (an eval.csv row "
+                                 f"holds {', '.join(EVAL_COLUMNS)})")
         out.append(row)
     return out
 

@@ -258,6 +258,8 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
 
 
 def get(name: str) -> Algorithm:
+    if not isinstance(name, str):  # e.g. `algo: 7` in a hand-edited config.yaml
+        raise OffpolicyError(f"algorithm: expected a name such as ddpg, got {name!r}")
     if name not in ALGORITHMS:
         hint = did_you_mean(name, ALGORITHMS)
         raise OffpolicyError(
@@ -433,6 +435,9 @@ def load_yaml(path) -> dict[str, Any]:
             from e
     if not isinstance(d, dict):
         raise OffpolicyError(f"config file {path} must hold a mapping")
+    odd = [k for k in d if not isinstance(k, str)]
+    if odd:
+        raise OffpolicyError(f"config file {path}: keys must be names, got {odd[0]!r}")
     return d
 
 

@@ -37,7 +37,9 @@ class Parser(argparse.ArgumentParser):
         while i < len(args):
             a = args[i]
             action = self._option_string_actions.get(a)
-            if (action is not None and action.nargs != 0 and i + 1 < len(args)
+            # one value only: joining the first of a list (--ddpg.hidden -5 3) leaves the rest
+            # over as an unknown flag; argparse reads "-5" in a list as a value anyway
+            if (action is not None and action.nargs in (None, "?") and i + 1 < len(args)
                     and _NEGATIVE_NUMBER.match(args[i + 1])):
                 joined.append(f"{a}={args[i + 1]}")
                 i += 2

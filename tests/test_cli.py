@@ -134,6 +134,53 @@ def test_bad_input_is_one_line_error(tmp_path, args, contains):
     _expect_error(tmp_path, *args, contains=contains)
 
 
+# in this process (no interpreter start per case): inputs a CLI probe found to end in a
+# traceback, a misleading message or a silent truncation
+FILES = {"key.yaml": "1: 2\n", "half.yaml": "ddpg: {hidden: [1.5]}\n",
+         "C/R/eval.csv": "step\n10\n", "B/R/eval.csv": "step,return_mean,return_se\n1e999,1,1\n"}
+
+
+@pytest.mark.parametrize("args, contains", [
+    (["train", "ddpg", "--seed", "99999999999999999999"], "--seed: must be <= 2147483647"),
+    (["train", "ddpg", "--ddpg.hidden", "99999999999999999999"], "sizes must be between 1 and"),
+    (["train", "ddpg", "--ddpg.hidden", "-5", "3"], "sizes must be between 1 and 1048576, got "
+                                                    "[-5, 3]"),
+    (["train", "ddpg", "--config", "key.yaml"], "config file key.yaml: keys must be names"),
+    (["train", "ddpg", "--config", "half.yaml"], "invalid value [1.5] (expected a list of "
+                                                 "integers)"),
+    (["plot", "C", "--out", "curves.txt"], "cannot write '.txt' figures"),
+    (["plot", "C", "--out", ""], "--out: expected a file name"),
+    (["plot", "C", "--out", "new/sub/x.png"], "no return_mean or return_se"),
+    (["table", "C"], "C/R/eval.csv, line 2: no return_mean or return_se"),
+    (["table", "B"], "step '1e999' is not a step count"),
+], ids=["huge-seed", "huge-width", "negative-width-list", "non-name-key", "fractional-width",
+        "figure-format", "empty-out", "corrupt-eval-plot", "corrupt-eval-table", "inf-step"])
+def test_more_bad_input_is_one_line_error(tmp_path, monkeypatch, capsys, args, contains):
+    from offpolicy import cli
+
+    for name, text in FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    before = _listing(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(args) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("offpolicy: error:"), err
+    assert contains in err[0], err
+    assert _listing(tmp_path) == before  # no run folder, no figure's folders left behind
+
+
+def test_eval_refuses_a_wrong_option_before_evaluating(tiny_run_dir, capsys):
+    from offpolicy import cli
+
+    for args, contains in ((["--per-actor"], "--per-actor needs an actor ensemble"),
+                           (["--proposal"], "--proposal needs an AQL run"),
+                           (["--out", "x.png"], "--out applies with --proposal only")):
+        assert cli.main(["eval", str(tiny_run_dir), "--episodes", "1", *args]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and contains in err, (out, err)  # no evaluation printed first
+
+
 def test_default_run_dir_not_created_on_error(tmp_path):
     # no --run-dir: the default runs/<algo>-<env>-s<seed> must not appear either
     _expect_error(tmp_path, "train", "ddpg", "--env", "NoSuchEnv-v9",

@@ -60,6 +60,12 @@ BAD = [
     (dict(envs={"Pendulum-v1": {"entries": ["ddpg", "ddpg"]}}),
      "envs.Pendulum-v1.entries: 'ddpg' appears twice"),
     (dict(envs=["Pendulum-v9"]), "envs.Pendulum-v9: unknown environment id 'Pendulum-v9'"),
+    (dict(entries={"x": {"algo": "ddpg", "flags": '"unterminated'}}),
+     "entries.x.flags: cannot split '\"unterminated' as a shell would"),
+    (dict(envs={"Pendulum-v1": {"entries": [["ddpg"]]}}),
+     "envs.Pendulum-v1.entries: expected a list of entry names"),
+    (dict(compare=[[["ddpg"], "ddpg-refer"]]), "compare: expected [entry, against]"),
+    (dict(seeds=[2**40]), "seeds: expected an integer between 0 and 2147483647"),
     (dict(envs=["ALE/Pong-v5"], flags="", entries={"x": {"algo": "dqn",
                                                          "flags": "--observe-action-reward"}}),
      "entries.x on ALE/Pong-v5: --observe-action-reward needs a flat observation vector"),
@@ -93,6 +99,7 @@ def test_command_line_selections_are_checked(tmp_path, capsys):
                           (["--envs", "Hopper-v5"], "no env 'Hopper-v5'"),
                           (["--paper"], "names no paper budget"),
                           (["--seeds", "1", "1"], "--seeds names a seed twice"),
+                          (["--seeds", "-1"], "--seeds must be between 0 and 2147483647"),
                           (["--retries", "-1"], "--retries must be 0 or more"),
                           (["--jobs", "0"], "--jobs must be at least 1")):
         rc = cli.main(["suite", "run", str(path), "--out", str(tmp_path / "o"), *args])

@@ -68,3 +68,17 @@ def test_the_package_metadata_uses_an_spdx_license():
     assert project["license"] == "Apache-2.0"
     assert all((root / f).is_file() for f in project["license-files"])
     assert "Apache License" in (root / "LICENSE").read_text()
+
+
+def test_a_box2d_env_without_box2d_names_the_box2d_extra():
+    """LunarLander, CarRacing and BipedalWalker need Box2D: the error names offpolicy[box2d],
+    not the MuJoCo extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("Box2D") is not None:
+        pytest.skip("Box2D is installed here")
+    from offpolicy.envs.make import make_env
+    from offpolicy.errors import OffpolicyError
+
+    with pytest.raises(OffpolicyError, match=r"pip install 'offpolicy\[box2d\]'"):
+        make_env("LunarLanderContinuous-v3", 0)

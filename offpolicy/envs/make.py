@@ -197,7 +197,9 @@ def make_env(env_id: str, seed: int | None = None, observe_action_reward: bool =
     except OffpolicyError:
         raise
     except gym.error.DependencyNotInstalled as e:  # e.g. OpenCV, which the Atari resize uses
-        extra = ("atari" if atari else "dmc" if env_id.startswith(DMC_PREFIX) else "mujoco")
+        entry = str(getattr(gym.registry.get(env_id), "entry_point", ""))
+        extra = ("atari" if atari else "dmc" if env_id.startswith(DMC_PREFIX)
+                 else "box2d" if "box2d" in entry or "Box2D" in str(e) else "mujoco")
         raise OffpolicyError(
             f"{env_id} needs a missing dependency ({_one_line(e)}); "
             f"pip install 'offpolicy[{extra}]'") from e

@@ -114,6 +114,9 @@ class Suite:
         if seeds is not None:
             if len(set(seeds)) != len(seeds):
                 raise OffpolicyError(f"--seeds names a seed twice: {' '.join(map(str, seeds))}")
+            if any(not 0 <= x <= MAX_SEED for x in seeds):
+                raise OffpolicyError(f"--seeds must be between 0 and {MAX_SEED}, got "
+                                     f"{' '.join(map(str, seeds))}")
             s = replace(s, seeds=tuple(seeds))
         if steps is not None:
             if steps <= 0:
@@ -195,9 +198,14 @@ def _keys(path, where: str, d, valid) -> dict:
     return d
 
 
-def _int(path, where: str, v, minimum: int = 0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise _err(path, where, f"expected an integer >= {minimum}, got {v!r}")
+MAX_SEED = 2**31 - 1  # as offpolicy train's --seed
+
+
+def _int(path, where: str, v, minimum: int = 0, maximum: int | None = None) -> int:
+    if (isinstance(v, bool) or not isinstance(v, int) or v < minimum
+            or (maximum is not None and v > maximum)):
+        bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise _err(path, where, f"expected an integer {bounds}, got {v!r}")
     return v
 
 
@@ -227,7 +235,10 @@ def _flags(path, where: str, v) -> tuple[str, ...]:
     if v is None:
         return ()
     if isinstance(v, str):
-        flags = shlex.split(v)
+        try:
+            flags = shlex.split(v)
+        except ValueError as e:  # an unterminated quote
+            raise _err(path, where, f"cannot split {v!r} as a shell would: {e}") from None
     elif isinstance(v, list) and all(isinstance(x, (str, int, float)) and not isinstance(x, bool)
                                      for x in v):
         flags = [str(x) for x in v]
@@ -252,7 +263,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     seeds = d.get("seeds", [0, 1, 2])
     if not isinstance(seeds, list) or not seeds:
         raise _err(path, "seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    seeds = tuple(_int(path, "seeds", s) for s in seeds)
+    seeds = tuple(_int(path, "seeds", s, maximum=MAX_SEED) for s in seeds)
     _unique(path, "seeds", seeds)
     entries_d = _keys(path, "entries", d["entries"], list(d["entries"] or {}))
     if not entries_d:
@@ -282,7 +293,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
         where = f"envs.{env}"
         over = _keys(path, where, over if over is not None else {}, ENV_KEYS)
         names = over.get("entries", list(entries))
-        if not isinstance(names, list):
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise _err(path, f"{where}.entries", f"expected a list of entry names, got {names!r}")
         _unique(path, f"{where}.entries", names)
         for n in names:
@@ -298,8 +309,8 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
         raise _err(path, "compare", f"expected a list of [entry, against] pairs, got {compare!r}")
     pairs, paired = [], []
     for pair in compare:
-        if not (isinstance(pair, list) and (len(pair) == 2 or (len(pair) == 3
-                                                               and pair[2] == "paired"))):
+        if not (isinstance(pair, list) and all(isinstance(n, str) for n in pair)
+                and (len(pair) == 2 or (len(pair) == 3 and pair[2] == "paired"))):
             raise _err(path, "compare", f"expected [entry, against] or [entry, against, "
                                         f"paired], got {pair!r}")
         for n in pair[:2]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import traceback
@@ -110,8 +111,21 @@ def cmd_bench(argv: list[str]) -> int:
             raise OffpolicyError(f"--{k.replace('_', '-')} must be >= 1, got {ns[k]}")
     section = registry.get(algo).section
     train_over, agent_over = _split_flags(ns, section)
-    train_over.setdefault("env", "HalfCheetah-v5")
-    run = registry.resolve(algo, preset=ns.get("preset"), train_overrides=train_over,
+    # the training flags that say how long a run is or where it lives time nothing here
+    for given, why in ((ns.get("resume"), "--resume does not apply: a benchmark times a fresh "
+                        "run"),
+                       (ns.get("run_dir"), "--run-dir does not apply: a benchmark writes no run "
+                        "directory"),
+                       ("steps" in train_over, "--steps does not apply: --bench-steps sets the "
+                        "timed env steps")):
+        if given:
+            raise OffpolicyError(f"offpolicy bench {algo}: {why}")
+    file_dict = registry.load_yaml(ns["config"]) if "config" in ns else None
+    from_file = (file_dict or {}).get("train")
+    if not (isinstance(from_file, dict) and from_file.get("env")):
+        train_over.setdefault("env", "HalfCheetah-v5")
+    run = registry.resolve(algo, preset=ns.get("preset") or (file_dict or {}).get("preset"),
+                           file_dict=file_dict, train_overrides=train_over,
                            agent_overrides=agent_over)
     from offpolicy.training.bench import measure
 
@@ -384,6 +398,9 @@ def cmd_suite(argv: list[str]) -> int:
     suite, out, runs = _suite_plan(a)
     command = _suite_run_command(a) if what == "report" else "offpolicy suite run " + " ".join(rest)
     if what == "report":
+        if a.out is not None and not Path(a.out).is_dir():
+            raise OffpolicyError(f"--out {a.out}: no such folder (the folder `offpolicy suite "
+                                 f"run {a.suite} --out ...` wrote its runs to)")
         text = report.write_report(suite, runs, out, "report", command, a.metric,
                                    include_running=a.include_running)
         print(text)
@@ -399,7 +416,7 @@ def cmd_suite(argv: list[str]) -> int:
           f"{len(todo)} to run or resume; folder {out}", file=sys.stderr)
     if a.dry_run:
         for r in todo:
-            print(" ".join(["offpolicy", *runner.train_command(r)[3:]]))
+            print(shlex.join(["offpolicy", *runner.train_command(r)[3:]]))
         return 0
     def rewrite(_run):  # a partial report after every run: a long suite shows its state
         report.write_report(suite, runs, out, "report", command)

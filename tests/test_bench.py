@@ -6,7 +6,8 @@ from _helpers import assert_one_line_error, run_cli
 
 
 def test_bench_json_reports_rates_flops_and_efficiency(tmp_path):
-    proc = run_cli("bench", "ace", "--env", "Pendulum-v1", "--bench-steps", "60",
+    (tmp_path / "c.yaml").write_text("train: {env: Pendulum-v1}\n")  # --config applies too
+    proc = run_cli("bench", "ace", "--config", "c.yaml", "--bench-steps", "60",
                    "--bench-warmup", "80", "--rounds", "2", "--batch-size", "16",
                    "--ace.encoder-size", "16", "--ace.hidden", "16", "--ace.num-actors", "2",
                    "--json", cwd=tmp_path)
@@ -21,12 +22,25 @@ def test_bench_json_reports_rates_flops_and_efficiency(tmp_path):
     assert len(rounds) == 2 and len(peaks) == 3 and res["matmul_gflops"] in peaks
     per_round = [res["gflop_per_update"] * u / p for u, p in zip(rounds, peaks[1:])]
     assert min(abs(res["flop_efficiency"] - e) for e in per_round) < 1e-9 * max(per_round)
-    assert not list(tmp_path.iterdir())  # benchmarking writes no run directory
+    assert [p.name for p in tmp_path.iterdir()] == ["c.yaml"]  # no run directory written
 
 
 def test_bench_rejects_bad_input(tmp_path):
     assert_one_line_error(run_cli("bench", "nope", cwd=tmp_path), "unknown algorithm")
     assert_one_line_error(run_cli("bench", "ddpg", "--rounds", "0", cwd=tmp_path), "rounds")
+
+
+def test_bench_refuses_the_training_flags_it_would_ignore(tmp_path, monkeypatch, capsys):
+    from offpolicy import cli
+
+    monkeypatch.chdir(tmp_path)
+    for args, contains in ((["--resume"], "--resume does not apply"),
+                           (["--run-dir", "R"], "--run-dir does not apply"),
+                           (["--steps", "5"], "--steps does not apply: --bench-steps"),
+                           (["--config", "missing.yaml"], "missing.yaml does not exist")):
+        assert cli.main(["bench", "ddpg", *args]) == 2
+        assert contains in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 def test_bench_warms_up_past_the_first_update(tmp_path):

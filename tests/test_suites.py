@@ -83,6 +83,13 @@ def test_a_bad_suite_is_one_line_and_exit_2_before_any_run(tmp_path, capsys, ove
     assert not out.exists()  # no run started, no folder made
 
 
+def test_a_suite_name_cannot_lead_out_of_the_suites_folder(tmp_path):
+    path = _suite_file(tmp_path)
+    path.write_text(path.read_text().replace("name: tiny", "name: ../../escape"))
+    with pytest.raises(OffpolicyError, match=r"name: expected a folder name \(no '/'"):
+        spec.load(path)
+
+
 def test_paired_pairs_parse():
     import tempfile
 
@@ -106,6 +113,9 @@ def test_command_line_selections_are_checked(tmp_path, capsys):
         err = capsys.readouterr().err
         if message:
             assert rc == 2 and message in err, err
+    # a report from a misspelt folder is refused, not written there as "no evaluation yet"
+    assert cli.main(["suite", "report", str(path), "--out", str(tmp_path / "nosuch")]) == 2
+    assert "--out" in capsys.readouterr().err and not (tmp_path / "nosuch").exists()
     smoke = spec.load("smoke")
     with pytest.raises(OffpolicyError, match="the selection leaves no run"):
         smoke.select(envs=["Pendulum-v1"], entries=["exact-q"])  # exact-q runs on CartPole

@@ -256,6 +256,10 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     if "entries" not in d or "envs" not in d:
         raise _err(path, "top level", "needs 'envs' and 'entries'")
     name = _str(path, "name", d.get("name", Path(str(path)).stem))
+    if not name.strip() or "/" in name or "\\" in name or name.startswith("."):
+        # the name is the runs' folder under runs/suites/: it must not lead out of it
+        raise _err(path, "name", f"expected a folder name (no '/', not starting with '.'), "
+                                 f"got {name!r}")
     steps = _int(path, "steps", d.get("steps", 100_000), 1)
     ev = _keys(path, "eval", d.get("eval", {}) or {}, EVAL_KEYS)
     every = _int(path, "eval.every", ev.get("every", 10_000), 1)

@@ -243,7 +243,7 @@ def run_config(run_dir: Path) -> dict[str, str]:
     path = Path(run_dir) / "config.yaml"
     try:
         cfg = yaml.safe_load(path.read_text()) if path.exists() else None
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise OffpolicyError(f"cannot read {path}: {' '.join(str(e).split())[:200]}") from e
     if not isinstance(cfg, dict):
         return {"algo": Path(run_dir).parent.name or Path(run_dir).name, "train.env": "?"}

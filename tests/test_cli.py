@@ -170,6 +170,23 @@ def test_more_bad_input_is_one_line_error(tmp_path, monkeypatch, capsys, args, c
     assert _listing(tmp_path) == before  # no run folder, no figure's folders left behind
 
 
+def test_a_damaged_pointer_or_config_is_one_line(tiny_run_dir, tmp_path, capsys):
+    import shutil
+
+    from offpolicy import cli
+
+    e, f = tmp_path / "E", tmp_path / "F"
+    shutil.copytree(tiny_run_dir, e)
+    (e / "checkpoints" / "latest").unlink()
+    (e / "checkpoints" / "latest").mkdir()  # a pointer that is a directory
+    assert cli.main(["eval", str(e), "--episodes", "1"]) == 2
+    assert "corrupt checkpoint pointer" in capsys.readouterr().err
+    shutil.copytree(tiny_run_dir, f)
+    (f / "config.yaml").write_bytes(b"\xff\xfe not utf-8")
+    assert cli.main(["table", str(f)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
 def test_eval_refuses_a_wrong_option_before_evaluating(tiny_run_dir, capsys):
     from offpolicy import cli
 

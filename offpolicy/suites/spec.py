@@ -179,7 +179,7 @@ def load(name_or_path: str | Path, allow_peers: bool = False) -> Suite:
     path = find(name_or_path)
     try:
         data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise OffpolicyError(f"cannot read suite {path}: {' '.join(str(e).split())}") from e
     return parse(data, path, allow_peers)
 

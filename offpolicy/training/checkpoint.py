@@ -253,7 +253,10 @@ def locate(run_dir: Path, kind: str = "latest") -> Path:
     pointer = root / kind
     if not pointer.exists():
         raise OffpolicyError(f"no {kind} checkpoint in {run_dir} (expected {pointer})")
-    target = root / pointer.read_text().strip()
+    try:
+        target = root / pointer.read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:  # a directory, or bytes that are no name
+        raise OffpolicyError(f"corrupt checkpoint pointer {pointer}: {e}") from e
     if not (target / "state.msgpack").exists() or not (target / "meta.json").exists():
         raise OffpolicyError(f"corrupt checkpoint: {target} is missing or incomplete")
     return target

@@ -66,6 +66,8 @@ BAD = [
      "envs.Pendulum-v1.entries: expected a list of entry names"),
     (dict(compare=[[["ddpg"], "ddpg-refer"]]), "compare: expected [entry, against]"),
     (dict(seeds=[2**40]), "seeds: expected an integer between 0 and 2147483647"),
+    (dict(entries={"x": {"algo": "ddpg", "flags": "--num-envs 4"}}, steps=602),
+     "entries.x on Pendulum-v1: --steps 602 is not a multiple of --num-envs 4"),
     (dict(envs=["ALE/Pong-v5"], flags="", entries={"x": {"algo": "dqn",
                                                          "flags": "--observe-action-reward"}}),
      "entries.x on ALE/Pong-v5: --observe-action-reward needs a flat observation vector"),

@@ -388,6 +388,14 @@ def check(suite: Suite, envs: bool = True) -> None:
                     except OffpolicyError as e:
                         raise OffpolicyError(f"suite {suite.path or suite.name}: entries."
                                              f"{name} on {plan.env}: {e}") from None
+                # the suite's steps and evaluation interval against the entry's env copies
+                budget = replace(run.train, steps=plan.steps,
+                                 eval_every=min(plan.eval_every, plan.steps))
+                try:
+                    registry.check_step_multiples(budget, {"steps", "eval_every"})
+                except OffpolicyError as e:
+                    raise OffpolicyError(f"suite {suite.path or suite.name}: entries.{name} on "
+                                         f"{plan.env}: {e}") from None
                 kinds = registry.get(run.algo).action_kinds
                 spec = action_spec(probe, run.train.discretize)
                 if spec.kind not in kinds:

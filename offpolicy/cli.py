@@ -268,13 +268,13 @@ def cmd_plot(argv: list[str]) -> int:
     dirs = _run_dirs(a.runs)
     if a.metric:
         missing = [d for d in dirs if not has_metric(d, a.metric)]
+        if len(missing) == len(dirs):
+            raise OffpolicyError(f"no run has a train.csv column '{a.metric}'")
         if missing:  # one line, however many
             which = ", ".join(str(d) for d in missing)
             print(f"offpolicy: note: left out {len(missing)} run{'s' * (len(missing) > 1)} "
                   f"without a train.csv column '{a.metric}': {which}", file=sys.stderr)
         dirs = [d for d in dirs if d not in missing]
-        if not dirs:
-            raise OffpolicyError(f"no run has a train.csv column '{a.metric}'")
     existed = target.exists()
     with _writing(target):
         out = plot_envs(group_by_env(dirs), target, a.title, a.metric, a.log)

@@ -153,8 +153,10 @@ FILES = {"key.yaml": "1: 2\n", "half.yaml": "ddpg: {hidden: [1.5]}\n",
     (["plot", "C", "--out", "new/sub/x.png"], "no return_mean or return_se"),
     (["table", "C"], "C/R/eval.csv, line 2: no return_mean or return_se"),
     (["table", "B"], "step '1e999' is not a step count"),
+    (["plot", "C", "--metric", "nosuch"], "no run has a train.csv column 'nosuch'"),
 ], ids=["huge-seed", "huge-width", "negative-width-list", "non-name-key", "fractional-width",
-        "figure-format", "empty-out", "corrupt-eval-plot", "corrupt-eval-table", "inf-step"])
+        "figure-format", "empty-out", "corrupt-eval-plot", "corrupt-eval-table", "inf-step",
+        "metric-nowhere"])
 def test_more_bad_input_is_one_line_error(tmp_path, monkeypatch, capsys, args, contains):
     from offpolicy import cli
 

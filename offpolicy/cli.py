@@ -89,7 +89,7 @@ def cmd_train(argv: list[str]) -> int:
 def cmd_bench(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: offpolicy bench ALGO [--env ENV_ID] [--bench-steps N] [--bench-warmup W] "
-              "[--rounds R] [--json] [--<section>.<field> VALUE ...]\n"
+              "[--rounds R] [--json] [--config FILE.yaml] [--<section>.<field> VALUE ...]\n"
               "env steps/s with one update per step, update-only rate, XLA FLOPs per update and "
               "FLOP efficiency against a 1024x1024 NumPy matmul (default env HalfCheetah-v5)")
         return 0

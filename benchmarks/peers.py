@@ -162,6 +162,13 @@ THROUGHPUT = {
 }
 
 
+def update_kwargs(cfg: BaselineConfig) -> dict[str, Any]:
+    """The settings of ``cfg`` that one update sees (learning rate, batch, tau, gamma, the
+    networks), as SB3's and SBX's constructors take them (update_parity.py uses them too)."""
+    return dict(learning_rate=cfg.learning_rate, batch_size=cfg.batch_size, tau=cfg.tau,
+                gamma=cfg.gamma, policy_kwargs=dict(net_arch=list(cfg.hidden)))
+
+
 def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConfig,
                   warmup: int, seed: int) -> BaseAlgorithm:
     """The peer's TD3, SAC or DQN with ``cfg`` on ``env`` (relu networks: both libraries'
@@ -170,10 +177,8 @@ def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConf
 
     module = importlib.import_module("stable_baselines3" if lib == "sb3" else "sbx")
     common: dict[str, Any] = dict(
-        learning_rate=cfg.learning_rate, buffer_size=cfg.buffer_size, learning_starts=warmup,
-        batch_size=cfg.batch_size, tau=cfg.tau, gamma=cfg.gamma, train_freq=cfg.train_freq,
-        gradient_steps=cfg.gradient_steps, verbose=0, seed=seed,
-        policy_kwargs=dict(net_arch=list(cfg.hidden)))
+        **update_kwargs(cfg), buffer_size=cfg.buffer_size, learning_starts=warmup,
+        train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps, verbose=0, seed=seed)
     if lib == "sb3":
         common["device"] = cfg.device
     if algo == "td3":

@@ -47,13 +47,11 @@ OFF = 1e-5  # 1% of one Adam step at learning rate 1e-3
 def _sb3_settings(algo: str) -> dict:
     """SB3's settings of ``algo`` in the learning runs (peers.BASELINES), with this script's
     batch size."""
-    from peers import BASELINES
+    from peers import BASELINES, update_kwargs
 
     cfg = BASELINES[algo]
     assert cfg.batch_size == BATCH, (algo, cfg.batch_size)
-    return dict(learning_rate=cfg.learning_rate, batch_size=cfg.batch_size, tau=cfg.tau,
-                gamma=cfg.gamma, policy_kwargs=dict(net_arch=list(cfg.hidden)),
-                device=cfg.device)
+    return {**update_kwargs(cfg), "device": cfg.device}
 
 
 def sb3_model(seed: int):

@@ -40,8 +40,7 @@ def cmd_train(argv: list[str]) -> int:
     ns = vars(_train_parser(algo).parse_args(argv[1:]))
     section = registry.get(algo).section
     train_over, agent_over = _split_flags(ns, section)
-    file_dict = registry.load_yaml(ns["config"]) if "config" in ns else None
-    preset = ns.get("preset") or (file_dict or {}).get("preset")
+    file_dict, preset = _config_file(ns)
     resume = ns["resume"]
     # a resumed run keeps its saved preset: no env default is added to what is compared
     run = registry.resolve(algo, preset=preset, file_dict=file_dict,
@@ -86,6 +85,13 @@ def cmd_train(argv: list[str]) -> int:
     return 0
 
 
+def _config_file(ns: dict) -> tuple[dict | None, str | None]:
+    """``--config``'s mapping (None without one) and the preset: ``--preset``, else the
+    file's."""
+    file_dict = registry.load_yaml(ns["config"]) if "config" in ns else None
+    return file_dict, ns.get("preset") or (file_dict or {}).get("preset")
+
+
 def cmd_bench(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: offpolicy bench ALGO [--env ENV_ID] [--bench-steps N] [--bench-warmup W] "
@@ -120,12 +126,11 @@ def cmd_bench(argv: list[str]) -> int:
                         "timed env steps")):
         if given:
             raise OffpolicyError(f"offpolicy bench {algo}: {why}")
-    file_dict = registry.load_yaml(ns["config"]) if "config" in ns else None
+    file_dict, preset = _config_file(ns)
     from_file = (file_dict or {}).get("train")
     if not (isinstance(from_file, dict) and from_file.get("env")):
         train_over.setdefault("env", "HalfCheetah-v5")
-    run = registry.resolve(algo, preset=ns.get("preset") or (file_dict or {}).get("preset"),
-                           file_dict=file_dict, train_overrides=train_over,
+    run = registry.resolve(algo, preset=preset, file_dict=file_dict, train_overrides=train_over,
                            agent_overrides=agent_over)
     from offpolicy.training.bench import measure
 

@@ -29,6 +29,9 @@ def _f(default: Any, help: str, *, gt: float | None = None, ge: float | None = N
     return field(default=default, metadata=meta)
 
 
+MAX_SEED = 2**31 - 1  # seeds offset by small constants stay within JAX's and NumPy's range
+
+
 @dataclass
 class TrainConfig:
     """The training loop, evaluation protocol, replay and logging (shared by all algorithms)."""
@@ -36,7 +39,7 @@ class TrainConfig:
     env: str = _f("Pendulum-v1", "Gymnasium environment id")
     steps: int = _f(100_000, "environment steps to train for", ge=1)
     seed: int = _f(0, "random seed (networks, replay sampling, exploration, env resets)", ge=0,
-                   le=2**31 - 1)
+                   le=MAX_SEED)
     warmup_steps: int = _f(
         0, "initial steps with uniformly random actions (deterministic policies; stochastic ones "
         "sample from their initial policy); updates start once warm-up is over and the replay "

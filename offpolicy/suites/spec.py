@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from offpolicy import registry
+from offpolicy.config import MAX_SEED
 from offpolicy.errors import OffpolicyError, did_you_mean
 
 SUITES_DIR = Path(__file__).resolve().parent
@@ -196,9 +197,6 @@ def _keys(path, where: str, d, valid) -> dict:
             raise _err(path, where, f"unknown key {k!r}{did_you_mean(str(k), list(valid))} "
                                     f"(valid: {', '.join(valid)})")
     return d
-
-
-MAX_SEED = 2**31 - 1  # as offpolicy train's --seed
 
 
 def _int(path, where: str, v, minimum: int = 0, maximum: int | None = None) -> int:

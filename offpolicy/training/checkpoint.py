@@ -253,10 +253,10 @@ def locate(run_dir: Path, kind: str = "latest") -> Path:
     pointer = root / kind
     if not pointer.exists():
         raise OffpolicyError(f"no {kind} checkpoint in {run_dir} (expected {pointer})")
-    try:
-        target = root / pointer.read_text().strip()
-    except (OSError, UnicodeDecodeError) as e:  # a directory, or bytes that are no name
-        raise OffpolicyError(f"corrupt checkpoint pointer {pointer}: {e}") from e
+    name = _pointer_target(root, kind)
+    if not name:  # a directory, bytes that are no name, or nothing
+        raise OffpolicyError(f"corrupt checkpoint pointer {pointer}: it names no checkpoint")
+    target = root / name
     if not (target / "state.msgpack").exists() or not (target / "meta.json").exists():
         raise OffpolicyError(f"corrupt checkpoint: {target} is missing or incomplete")
     return target

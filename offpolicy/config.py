@@ -30,6 +30,7 @@ def _f(default: Any, help: str, *, gt: float | None = None, ge: float | None = N
 
 
 MAX_SEED = 2**31 - 1  # seeds offset by small constants stay within JAX's and NumPy's range
+RHO_MAX_LIMIT = 1e4  # the largest --refer-rho-max: stored importance weights are >= 1e-4
 
 
 @dataclass
@@ -119,7 +120,7 @@ class TrainConfig:
         1e-3, "ReF-ER step eta of Eq. 12's beta update (the paper ties it to the learning "
         "rate, 1e-4-1e-5, which needs 1e4-1e5 updates to move beta)", gt=0, le=1)
     refer_rho_max: float = _f(1e3, "importance weights are computed from the log-ratio "
-                              "clipped to +-log(rho_max)", gt=1, le=1e4)
+                              "clipped to +-log(rho_max)", gt=1, le=RHO_MAX_LIMIT)
     replay_diagnostics: bool = _f(
         False, "with --replay er or per: also store the behaviour policy and log rho, "
         "KL(mu || pi) and the far-policy fraction (ReF-ER's diagnostics; costs a little "

@@ -299,6 +299,75 @@ def test_propagating_a_batch_equals_one_sample_at_a_time():
                                atol=1e-5)
 
 
+def _ring_of_episodes(rng, capacity=400, streams=2):
+    """A replay of two rings that have wrapped, episodes of 3-60 steps (the oldest ones
+    forgotten), rho spread as a full memory's (some at the smallest clip), closed targets; with
+    each live episode's slots, walked from the buffer's own record of closed episodes."""
+    spec = stored_returns.StoredReturn(0.99)
+    fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
+              "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
+    buf = ReplayBuffer(capacity, (1,), 1, fields, forget_whole_episodes=True,
+                       num_streams=streams)
+    episodes = []
+    for _ in range(40):
+        for s in range(streams):
+            n = int(rng.integers(3, 60))
+            buf.start_episode(np.zeros(1), stream=s)
+            for t in range(n):
+                buf.add([0.0], rng.normal(), t == n - 1 and rng.random() < 0.5, t == n - 1,
+                        np.zeros(1), stream=s, value=rng.normal())
+            episodes += buf.take_closed_episodes()
+    live = [stored_returns.episode_slots(buf, f, last) for f, last in episodes]
+    live = [e for e in live if buf.valid[e].all()]
+    rho = rng.lognormal(0.0, 0.8, buf.extras["rho"].shape).clip(1e-3, 1e3)
+    rho[rng.random(rho.shape) < 0.05] = stored_returns.RHO_FLOOR  # the smallest weight stored
+    buf.extras["rho"][:] = rho
+    for e in live:
+        stored_returns.close_episode(buf, spec, int(e[0]), int(e[-1]))
+    return spec, buf, live
+
+
+def _propagated_one_by_one(buf, spec, live, idx, delta):
+    """Algorithm 3 as a plain loop: each distinct sampled step (its first delta) adds
+    delta * prod gamma min(1, rho) to every earlier step of its episode, in float64."""
+    out = buf.extras["v_tbc"].astype(np.float64)
+    where = {int(slot): (e, t) for e in live for t, slot in enumerate(e)}
+    seen = set()
+    for i, d in zip(idx, delta):
+        if int(i) in seen:
+            continue
+        seen.add(int(i))
+        e, t = where[int(i)]
+        for j in range(t - 1, -1, -1):
+            d *= spec.gamma * min(1.0, float(buf.extras["rho"][e[j]]))
+            out[e[j]] += d
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_propagation_over_many_episodes_equals_a_plain_loop(seed):
+    """Batches over many episodes of two wrapped rings (several samples in some episodes,
+    duplicates, samples at an episode's first step): exactly the plain loop with tol 0, and
+    within tol of each episode's largest change with the default, which skips the steps a
+    change no longer reaches."""
+    rng = np.random.default_rng(seed)
+    spec, buf, live = _ring_of_episodes(rng)
+    assert len(live) > 8 and any(e[-1] < e[0] for e in live)  # some episode wraps its ring
+    closed = buf.extras["v_tbc"].copy()
+    idx = buf.sample_indices(48)
+    idx[:3] = [live[0][0], live[1][-1], idx[3]]  # a first step, a last step, a duplicate
+    delta = rng.normal(size=48) * 10.0
+    want = _propagated_one_by_one(buf, spec, live, idx, delta)
+    stored_returns.propagate(buf, spec, idx, delta, tol=0.0)
+    np.testing.assert_allclose(buf.extras["v_tbc"], want, rtol=1e-6, atol=1e-4)
+    buf.extras["v_tbc"][:] = closed
+    stored_returns.propagate(buf, spec, idx, delta)
+    changed = np.abs(buf.extras["v_tbc"] - closed) > 0
+    assert changed.sum() < (np.abs(want - closed) > 0).sum()  # it did skip steps
+    np.testing.assert_allclose(buf.extras["v_tbc"], want, rtol=1e-6,
+                               atol=1e-4 + 1e-6 * 10.0 * np.abs(delta).max())
+
+
 def test_a_refreshed_target_survives_a_far_policy_stretch():
     """The probe's case (#36): 25 steps, rewards 1, values 0, rho = 1e-3 (its floor)
     everywhere, gamma 0.995, terminated; refresh steps 0 and 24 as V-RACER's update does

@@ -17,19 +17,21 @@ estimate v_t, importance weight rho_t and target V^tbc_t:
 * when step t is sampled, the update recomputes v_t and rho_t with the current network and
   V^tbc_t from the stored V^tbc_{t+1}, and :func:`propagate` carries the change back to every
   earlier step of the episode (Algorithm 3): the recursion is linear in V^tbc, so a change
-  delta at t changes V^tbc_j, j < t, by delta * prod_{i=j}^{t-1} gamma rhobar_i. The product is
-  cut once every sample's factor is below ``tol`` (changes 1000x smaller than the refreshed
-  one), which bounds the cost for long episodes.
+  delta at t changes V^tbc_j, j < t, by delta * prod_{i=j}^{t-1} gamma rhobar_i. A change is
+  carried until it falls below ``tol`` (1e-6) of its episode's largest one: a few dozen steps
+  once the policy has moved away from the memory's, the whole episode while rho stays near 1.
 
 The same recursion over a whole window is ``offpolicy.returns.v_tbc`` (tested equal).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from offpolicy.config import RHO_MAX_LIMIT
 from offpolicy.replay.storage import ReplayBuffer
 
 
@@ -89,23 +91,29 @@ def next_targets(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray) -> n
     return out
 
 
-G_FLOOR = 1e-9  # smallest factor gamma min(1, rho): 32 of them stay far above float64's 1e-308
+# the smallest importance weight an agent stores: rho is clipped to [1 / rho_max, rho_max]
+RHO_FLOOR = 1.0 / RHO_MAX_LIMIT
 
 
 def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: np.ndarray,
-              tol: float = 1e-6, chunk: int = 32) -> None:
+              tol: float = 1e-6, chunk: int = 64) -> None:
     """Add delta_t * prod_{i=j}^{t-1} gamma min(1, rho_i) to the stored target of every step j
     before t in t's episode, for each refreshed step t = ``idx`` (Algorithm 3).
 
-    All samples of one episode are handled in one backward pass over that episode (one row
-    per episode, so rows touch distinct slots and a plain indexed add is exact): with
-    g_j = gamma min(1, rho_j) and D_j the refreshed change at j (0 where nothing was sampled),
-    the accumulated change y_j = g_j y_{j+1} + D_j, and step j gains y_j - D_j. The
-    recursion runs ``chunk`` steps at a time through cumulative products, in float64 with g
-    floored at ``G_FLOOR`` (replay stores rho as float32, where a stretch of far-policy steps,
-    rho at its 1e-3 clip, underflows a product in a few steps and the refreshed change itself
-    was lost), and stops once every episode has no sample left and its carried change is
-    below ``tol`` of its largest delta."""
+    The samples of one episode share one backward pass (a row; rows touch distinct slots, so
+    a plain indexed add is exact): with g_j = gamma min(1, rho_j) and D_j the refreshed change
+    at j (0 where nothing was sampled), the accumulated change y_j = g_j y_{j+1} + D_j, and
+    step j gains y_j - D_j. Each row walks back from its latest sample up to ``chunk`` steps
+    at a time, through cumulative products in float64 (replay stores rho as float32, where a
+    stretch of far-policy steps, rho at its clip, underflows a product in a few steps and the
+    refreshed change itself was lost); a chunk is short enough that the product of its
+    smallest possible factors, gamma times the smallest weight an agent stores (``RHO_FLOOR``),
+    stays far above float64's smallest normal number.
+    A row whose carried change falls to ``tol`` of its episode's largest delta jumps to its
+    next sample (the steps in between would gain less than that) or, with none left, stops;
+    so does a row that reaches its episode's first step. The work is the steps a change really
+    moves, a few dozen per sample in a memory whose policy has moved on, not the episode's
+    length (benchmarks/results/propagate.md)."""
     idx = np.asarray(idx, np.int64)
     delta = np.asarray(delta, np.float64)
     ok = np.isfinite(delta) & (delta != 0) & replay.valid[idx]
@@ -113,36 +121,52 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
     if idx.size == 0 or spec.gamma == 0:
         return
     delta = delta[ok][first]
-    starts = replay.episode_first_slots(idx)
-    episodes, row = np.unique(starts, return_inverse=True)
-    pos = (idx - starts) % replay.stream_capacity  # position inside the episode
-    n = episodes.size
-    last = np.zeros(n, np.int64)
-    np.maximum.at(last, row, pos)
-    scale = np.zeros(n)
-    np.maximum.at(scale, row, np.abs(delta))
-    back = last[row] - pos  # each sample's distance from its episode's last sampled step
     target, rho = replay.extras[spec.target], replay.extras[spec.rho]
-    carry = np.zeros(n)
-    o0, deepest = 0, int(last.max())
-    while o0 <= deepest:
-        offs = np.arange(o0, min(o0 + chunk, deepest + 1))
-        j = last[:, None] - offs[None, :]  # positions, walking back from each last sample
-        inside = j >= 0
-        slots = replay._offset(episodes[:, None], np.maximum(j, 0))
-        # before the episode's first step nothing is added (masked below); g = 1 there keeps
-        # the products finite
+    g_min = spec.gamma * RHO_FLOOR
+    width = max(1, min(chunk, int(600.0 / -math.log(g_min))))  # g_min ** width >= 1e-260
+    start = replay.episode_first_slots(idx)
+    pos = (idx - start) % replay.stream_capacity  # position inside the episode
+    order = np.lexsort((-pos, start))  # by episode, each episode's latest sample first
+    start, pos, delta = start[order], pos[order], delta[order]
+    head = np.flatnonzero(np.r_[True, start[1:] != start[:-1]])  # each row's first sample
+    end = np.r_[head[1:], start.size]
+    n = head.size
+    sc = replay.stream_capacity
+    ring = (start[head] // sc) * sc
+    offset = start[head] - ring  # each row's episode: its first slot in its ring
+    small_change = tol * np.maximum.reduceat(np.abs(delta), head)
+    cursor = pos[head].copy()  # the position each row's next chunk starts from, walking back
+    carry = np.zeros(n)  # the accumulated change y at cursor + 1
+    nxt = head.copy()  # each row's next sample not yet reached
+    pending = np.arange(start.size)  # samples not yet reached, and their rows
+    row = np.repeat(np.arange(n), end - head)
+    column = np.empty(n, np.int64)
+    back = np.arange(width)[:, None]  # time-major chunks: [width, rows]
+    live = np.arange(n)
+    while live.size:
+        cur = cursor[live]
+        j = cur - back
+        inside = j >= 0  # before the episode's first step: g = 1, nothing added
+        slots = ring[live] + (offset[live] + np.maximum(j, 0)) % sc
         rbar = np.minimum(1.0, rho[slots].astype(np.float64))
-        g = np.where(inside, np.maximum(spec.gamma * rbar, G_FLOOR), 1.0)
+        g = np.where(inside, np.maximum(spec.gamma * rbar, g_min), 1.0)
+        column[live] = np.arange(live.size)
+        r = row[pending]
+        here = pos[pending] > cursor[r] - width  # (a pending sample's row is live)
+        s, r = pending[here], r[here]
+        pending = pending[~here]
         d = np.zeros(g.shape)
-        here = (back >= o0) & (back < o0 + len(offs))
-        d[row[here], back[here] - o0] = delta[here]
-        gc = np.cumprod(g, axis=1)
+        d[cursor[r] - pos[s], column[r]] = delta[s]
+        nxt += np.bincount(r, minlength=n)
+        gc = np.cumprod(g, axis=0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            y = gc * (carry[:, None] + np.cumsum(d / gc, axis=1))
+            y = gc * (carry[live] + np.cumsum(d / gc, axis=0))
         y = np.where(inside & np.isfinite(y), y, 0.0)
         target[slots[inside]] += (y - d)[inside]
-        carry = y[:, -1]
-        o0 = offs[-1] + 1
-        if not (back >= o0).any() and (np.abs(carry) <= tol * scale).all():
-            break
+        carry[live] = y[-1]
+        cursor[live] = cur - width
+        left = nxt[live] < end[live]
+        small = np.abs(carry[live]) <= small_change[live]
+        jump = live[small & left]  # nothing worth carrying: on to the next sample
+        cursor[jump], carry[jump] = pos[nxt[jump]], 0.0
+        live = live[(left | ~small) & (cursor[live] >= 0)]

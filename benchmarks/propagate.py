@@ -9,15 +9,14 @@ over the steps in between. How far a change really travels depends on rho: in a 
 whose policy has moved on (the refer-1m runs hold KL(mu || pi) near 0.3 and 10% of the steps
 far-policy), a few dozen steps; with rho near 1 everywhere, the whole episode.
 
-Each regime is a replay of V-RACER's fields filled with 1000-step (or 200-step) episodes, rho
+Each regime is a replay of V-RACER's fields holding 1000-step (or 200-step) episodes, rho
 drawn log-normal (sigma 0.8 matches the runs' KL of about 0.3, since KL = sigma^2 / 2 for a
-shifted Gaussian; sigma 0.05 is a policy that has barely moved) and clipped to [1e-3, 1e3] as
-the importance weight is; batches of V-RACER's size (256) with random changes. Both
+shifted Gaussian) and clipped to [1e-3, 1e3] as the importance weight is, or 1 everywhere (no
+step refreshed yet: the worst case); batches of V-RACER's size with random changes. Both
 implementations replay the same batches on the same memory (its targets restored before each),
-alternating within every round; the table gives medians over rounds. The baseline is
-``stored_returns.py`` at ``--baseline-rev`` (default b40ed25, which walked every batch's
-episodes back together, chunk by chunk, until the deepest sample's change had died out), read
-from git. Results: ``results/propagate.{md,csv,png}``.
+alternating within every round. The baseline is ``stored_returns.py`` at ``--baseline-rev``
+(default b40ed25, which walked every batch's episodes back together, chunk by chunk, until the
+deepest sample's change had died out), read from git. Results: ``results/propagate.{md,csv,png}``.
 """
 
 from __future__ import annotations
@@ -43,20 +42,23 @@ from offpolicy import registry  # noqa: E402
 from offpolicy.replay import stored_returns  # noqa: E402
 from offpolicy.replay.storage import ReplayBuffer  # noqa: E402
 
-# name: (memory slots, episode length, sigma of log rho, what it stands for)
+# name: (memory slots, episode length, episodes stored, sigma of log rho, what it stands for)
 REGIMES = {
-    "full-moved": (2**18, 1000, 0.8, "refer-1m's memory (2^18) full, policy moved on "
-                                     "(KL ~0.3: most of a 1M-step run)"),
-    "full-near": (2**18, 1000, 0.05, "the same memory, rho near 1 everywhere (worst case: "
-                                     "every change travels to its episode's start)"),
-    "first-episodes": (12_000, 1000, 0.8, "the first 12 episodes of a run (many samples "
-                                          "per episode)"),
-    "short-episodes": (2**16, 200, 0.8, "2^16 slots of 200-step episodes"),
+    "full-moved": (2**18, 1000, 2**18 // 1000 + 3, 0.8,
+                   "refer-1m's memory (2^18) full, policy moved on (KL ~0.3: most of a "
+                   "1M-step run)"),
+    "full-rho1": (2**18, 1000, 2**18 // 1000 + 3, 0.0,
+                  "the same memory, rho = 1 everywhere (the worst case: every change "
+                  "travels to its episode's start)"),
+    "first-episodes": (2**18, 1000, 12, 0.8, "a run's first 12 episodes (about 21 samples "
+                                             "per episode and batch)"),
+    "short-episodes": (2**16, 200, 2**16 // 200 + 3, 0.8, "2^16 slots of 200-step episodes"),
 }
 
 
-def filled(slots: int, length: int, sigma: float, seed: int):
-    """A full replay of V-RACER's per-step fields, episodes closed (targets by Eq. 8)."""
+def filled(slots: int, length: int, episodes: int, sigma: float, seed: int):
+    """A replay of V-RACER's per-step fields holding ``episodes`` closed episodes (targets by
+    Eq. 8; more than fit: the oldest forgotten), and V-RACER's batch size and gamma."""
     rng = np.random.default_rng(seed)
     run = registry.resolve("vracer")
     spec = stored_returns.StoredReturn(run.agent.gamma)
@@ -64,7 +66,7 @@ def filled(slots: int, length: int, sigma: float, seed: int):
               "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
     buf = ReplayBuffer(slots, (1,), 1, fields, forget_whole_episodes=True, seed=seed)
     zero, act = np.zeros(1, np.float32), np.zeros(1, np.float32)
-    for _ in range(slots // length + 3):
+    for _ in range(episodes):
         buf.start_episode(zero)
         for t in range(length):
             buf.add(act, float(rng.normal()), False, t == length - 1, zero,
@@ -72,7 +74,7 @@ def filled(slots: int, length: int, sigma: float, seed: int):
     buf.extras["rho"][:] = rng.lognormal(0.0, sigma, buf.capacity).clip(1e-3, 1e3)
     for first, last in buf.take_closed_episodes():
         stored_returns.close_episode(buf, spec, first, last)
-    return spec, buf, run.train.batch_size
+    return spec, buf, run.train.batch_size, run.agent.gamma
 
 
 def baseline(rev: str):
@@ -81,12 +83,13 @@ def baseline(rev: str):
                          cwd=HERE.parent, capture_output=True, text=True)
     if src.returncode:
         raise SystemExit(f"propagate.py: cannot read revision {rev}: {src.stderr.strip()}")
-    path = Path(tempfile.mkdtemp()) / f"stored_returns_{rev}.py"
-    path.write_text(src.stdout)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"stored_returns_{rev}.py"
+        path.write_text(src.stdout)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
     return module.propagate
 
 
@@ -101,13 +104,14 @@ def timed(fn, buf, spec, batches, closed) -> tuple[float, np.ndarray]:
 
 
 def moved(fn, buf, spec, batches, closed) -> float:
-    """Mean number of stored targets one update changes (untimed)."""
+    """Mean number of stored targets (of finished episodes) one update changes, as float32
+    stores them (untimed)."""
     buf.extras[spec.target][:] = closed
     counts = []
     for idx, delta in batches:
         before = buf.extras[spec.target].copy()
         fn(buf, spec, idx, delta)
-        counts.append(int((buf.extras[spec.target] != before).sum()))
+        counts.append(int(((buf.extras[spec.target] != before) & np.isfinite(before)).sum()))
     return float(np.mean(counts))
 
 
@@ -126,28 +130,26 @@ def main(argv: list[str] | None = None) -> int:
     old = baseline(a.baseline_rev)
     rows = []
     for name in a.regimes:
-        slots, length, sigma, _ = REGIMES[name]
-        spec, buf, batch = filled(slots, length, sigma, seed=0)
+        slots, length, episodes, sigma, _ = REGIMES[name]
+        spec, buf, batch, gamma = filled(slots, length, episodes, sigma, seed=0)
         rng = np.random.default_rng(1)
         batches = [(buf.sample_indices(batch), rng.normal(size=batch) * 10.0)
                    for _ in range(a.updates)]
         closed = buf.extras[spec.target].copy()
         impls = {"current": stored_returns.propagate, a.baseline_rev: old}
-        steps = {impl: moved(fn, buf, spec, batches, closed) for impl, fn in impls.items()}
+        changed = {impl: moved(fn, buf, spec, batches, closed) for impl, fn in impls.items()}
+        after = {}
         for r in range(a.rounds):
             pair = list(impls.items())
             for impl, fn in (pair if r % 2 == 0 else pair[::-1]):
-                ms, after = timed(fn, buf, spec, batches, closed)
+                ms, after[impl] = timed(fn, buf, spec, batches, closed)
                 rows.append({"regime": name, "implementation": impl, "round": r,
-                             "ms_per_update": ms, "steps_moved_per_update": steps[impl],
-                             "max_abs_target": float(np.nanmax(np.abs(after)))})
-                if impl == "current":
-                    new_after = after
-                else:
-                    old_after = after
-            ok = np.isfinite(closed)
-            gap = float(np.max(np.abs(new_after[ok] - old_after[ok])))
-            rows[-1]["max_gap_to_other"] = rows[-2]["max_gap_to_other"] = gap
+                             "batch": batch, "gamma": gamma, "ms_per_update": ms,
+                             "targets_changed_per_update": changed[impl]})
+        ok = np.isfinite(closed)
+        gap = float(np.max(np.abs(after["current"][ok] - after[a.baseline_rev][ok])))
+        for row in rows[-2 * a.rounds:]:
+            row["max_gap_to_other"] = gap
         print(f"{name}: " + ", ".join(
             f"{impl} {statistics.median(x['ms_per_update'] for x in rows[-2 * a.rounds:] if x['implementation'] == impl):.2f} ms"  # noqa: E501
             for impl in impls), flush=True)
@@ -162,30 +164,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(rows: list[dict], a, machine: str) -> None:
-    def med(regime, impl, key):
-        return statistics.median(float(r[key]) for r in rows
-                                 if r["regime"] == regime and r["implementation"] == impl)
+    def of(regime, impl, key):
+        return [float(r[key]) for r in rows
+                if r["regime"] == regime and r["implementation"] == impl]
 
+    def ratios(regime):  # the baseline's time over ours, round by round
+        return [o / n for o, n in zip(of(regime, a.baseline_rev, "ms_per_update"),
+                                      of(regime, "current", "ms_per_update"))]
+
+    def spread(xs, fmt):
+        return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}-{max(xs):{fmt}})"
+
+    first = rows[0]
     lines = ["# Stored-target propagation (V-RACER, Algorithm 3): cost per update", "",
              "Command: `python benchmarks/propagate.py " + " ".join(sys.argv[1:]) + "`", "",
-             f"Machine: {machine}. Batch 256, gamma 0.995 (V-RACER's); {a.updates} updates "
-             f"per regime and round, {a.rounds} rounds, implementations alternating; medians "
-             "over rounds. `steps moved`: the stored targets one update changes (mean over a "
-             "first, untimed pass over the batches, which also warms both up). `max gap`: the "
-             "largest difference between the two implementations' targets after the same "
-             "updates (each drops what a change would add below 1e-6 of its episode's largest "
-             "change; float32 targets).", "",
-             f"| regime | memory | current ms | {a.baseline_rev} ms | speed-up | steps moved "
-             f"(current) | steps moved ({a.baseline_rev}) | max gap |",
+             f"Machine: {machine}. Batch {first['batch']}, gamma {first['gamma']} (V-RACER's); "
+             f"{a.updates} updates per regime and round, {a.rounds} rounds, the two "
+             "implementations alternating on the same batches; medians over rounds (min-max), "
+             "the speed-up paired within each round. `targets changed`: stored targets of "
+             "finished episodes one update changes, as float32 keeps them (mean over a first, "
+             "untimed pass, which also warms both up). `max gap`: the largest difference "
+             "between the two implementations' targets after the same updates (each drops a "
+             "change once it is below 1e-6 of its episode's largest).", "",
+             f"| regime | memory | current ms | {a.baseline_rev} ms | speed-up | targets "
+             f"changed (current) | targets changed ({a.baseline_rev}) | max gap |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name in a.regimes:
-        new, old = med(name, "current", "ms_per_update"), med(name, a.baseline_rev,
-                                                              "ms_per_update")
-        gap = max(float(r["max_gap_to_other"]) for r in rows if r["regime"] == name)
         lines.append(
-            f"| {name} | {REGIMES[name][3]} | {new:.2f} | {old:.2f} | {old / new:.2f}x | "
-            f"{med(name, 'current', 'steps_moved_per_update'):.0f} | "
-            f"{med(name, a.baseline_rev, 'steps_moved_per_update'):.0f} | {gap:.1e} |")
+            f"| {name} | {REGIMES[name][4]} | {spread(of(name, 'current', 'ms_per_update'), '.2f')}"
+            f" | {spread(of(name, a.baseline_rev, 'ms_per_update'), '.2f')} | "
+            f"{spread(ratios(name), '.2f')}x | "
+            f"{of(name, 'current', 'targets_changed_per_update')[0]:.0f} | "
+            f"{of(name, a.baseline_rev, 'targets_changed_per_update')[0]:.0f} | "
+            f"{of(name, 'current', 'max_gap_to_other')[0]:.1e} |")
     (a.out_dir / "propagate.md").write_text("\n".join(lines) + "\n")
     import matplotlib
 
@@ -195,7 +206,8 @@ def summary(rows: list[dict], a, machine: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
     x = np.arange(len(a.regimes))
     for i, impl in enumerate(("current", a.baseline_rev)):
-        ax.bar(x + (i - 0.5) * 0.38, [med(n, impl, "ms_per_update") for n in a.regimes],
+        ax.bar(x + (i - 0.5) * 0.38,
+               [statistics.median(of(n, impl, "ms_per_update")) for n in a.regimes],
                0.38, label=impl)
     ax.set_xticks(x, a.regimes)
     ax.set_ylabel("ms per update (median)")

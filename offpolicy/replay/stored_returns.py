@@ -109,10 +109,14 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
     refreshed change itself was lost); a chunk is short enough that the product of its
     smallest possible factors, gamma times the smallest weight an agent stores (``RHO_FLOOR``),
     stays far above float64's smallest normal number.
-    A row whose carried change falls to ``tol`` of its episode's largest delta jumps to its
-    next sample (the steps in between would gain less than that) or, with none left, stops;
-    so does a row that reaches its episode's first step. The work is the steps a change really
-    moves, a few dozen per sample in a memory whose policy has moved on, not the episode's
+
+    After each chunk, a row whose carried change has fallen to ``tol`` of its episode's largest
+    delta drops it: the row jumps to its next sample or, with none left, stops (so does a row
+    that reaches its episode's first step). Each drop leaves the steps before it short by less
+    than ``tol`` of that delta, so a step's error is at most ``tol`` times the largest delta
+    times the number of drops above it in its episode (``tol = 0``: exact). A row walks whole
+    chunks, so the work is the steps a change really moves rounded up to a chunk per stretch:
+    one or two chunks per sample in a memory whose policy has moved on, not the episode's
     length (benchmarks/results/propagate.md)."""
     idx = np.asarray(idx, np.int64)
     delta = np.asarray(delta, np.float64)
@@ -122,8 +126,8 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
         return
     delta = delta[ok][first]
     target, rho = replay.extras[spec.target], replay.extras[spec.rho]
-    g_min = spec.gamma * RHO_FLOOR
-    width = max(1, min(chunk, int(600.0 / -math.log(g_min))))  # g_min ** width >= 1e-260
+    g_min = max(spec.gamma * RHO_FLOOR, np.finfo(np.float64).tiny)
+    width = max(1, min(chunk, int(600.0 / -math.log(g_min))))  # g_min ** width >= e^-600
     start = replay.episode_first_slots(idx)
     pos = (idx - start) % replay.stream_capacity  # position inside the episode
     order = np.lexsort((-pos, start))  # by episode, each episode's latest sample first
@@ -161,9 +165,10 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
         gc = np.cumprod(g, axis=0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             y = gc * (carry[live] + np.cumsum(d / gc, axis=0))
-        y = np.where(inside & np.isfinite(y), y, 0.0)
-        target[slots[inside]] += (y - d)[inside]
-        carry[live] = y[-1]
+        finite = np.isfinite(y)  # (a NaN weight: nothing is carried past it)
+        gain = np.where(inside & finite, y - d, 0.0)
+        target[slots[inside]] += gain[inside]
+        carry[live] = np.where(finite[-1], y[-1], 0.0)
         cursor[live] = cur - width
         left = nxt[live] < end[live]
         small = np.abs(carry[live]) <= small_change[live]

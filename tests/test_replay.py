@@ -8,6 +8,7 @@ L + 1 slots, and the buffer holds the last ``capacity`` observation writes).
 
 from __future__ import annotations
 
+import itertools
 import os
 import zipfile
 from dataclasses import dataclass, field
@@ -728,3 +729,57 @@ def test_stacked_frames_take_a_quarter_of_the_memory_and_survive_save(tmp_path):
     ReplayBuffer(40, (3, 2, 4), 1, obs_dtype=np.uint8).save(tmp_path / "whole.npz")
     with pytest.raises(OffpolicyError, match="stores whole observations; this run stores its 4"):
         back.load(tmp_path / "whole.npz")  # the layout before #34: one line, no resume
+
+
+@pytest.mark.parametrize("forget", [False, True])
+@pytest.mark.parametrize("streams", [1, 3])
+def test_episode_first_slots_and_closed_episodes_follow_the_rings(streams, forget):
+    """Episodes start, end and are overwritten in every ring; after each step every valid
+    transition whose episode still has its first step gets that first slot, the one recorded
+    when it was written (the cached start arrays are rebuilt whenever a start comes or goes),
+    and the closed episodes kept for take_closed_episodes never outgrow the episodes in
+    memory, though nobody takes them."""
+    rng = np.random.default_rng(5)
+    buf = ReplayBuffer(90 * streams, (OBS_DIM,), ACT_DIM, num_streams=streams, seed=2,
+                       forget_whole_episodes=forget)
+    first_of = {}  # slot -> (first slot, number) of the episode that wrote its transition
+    current = [None] * streams  # each ring's episode in progress: (first slot, number)
+    holder = {}  # slot -> the episode whose first observation it holds
+    alive = set()  # episodes whose first observation is still in memory
+
+    def landed(slots):  # observations written there: the episodes whose first they held lose it
+        for h in slots:
+            alive.discard(holder.pop(int(h), None))
+
+    def start(s):
+        h = int(buf.base[s] + buf.heads[s])
+        landed([h])
+        current[s] = (h, next(numbers))
+        holder[h] = current[s]
+        alive.add(current[s])
+        buf.start_episode(rng.normal(size=OBS_DIM), s)
+
+    numbers = itertools.count()
+
+    for s in range(streams):
+        start(s)
+    lost = 0  # valid transitions whose episode lost its first step (forgetting: none)
+    for _ in range(400):  # ~4 wraps of every ring
+        slots = buf.base + (buf.heads - 1) % buf.stream_capacity  # where each step lands
+        for s in range(streams):
+            first_of[int(slots[s])] = current[s]
+        landed(buf.base + buf.heads)  # the next observations
+        done = rng.random(streams) < 0.15
+        buf.add_batch(rng.uniform(-1, 1, (streams, ACT_DIM)), np.zeros(streams), done,
+                      np.zeros(streams, bool), rng.normal(size=(streams, OBS_DIM)))
+        for s in np.flatnonzero(done):
+            start(int(s))
+        idx = np.array([i for i in np.flatnonzero(buf.valid) if first_of[int(i)] in alive],
+                       np.int64)
+        lost += int(buf.valid.sum()) - idx.size
+        np.testing.assert_array_equal(buf.episode_first_slots(idx),
+                                      [first_of[int(i)][0] for i in idx])
+        assert len(buf._closed) <= sum(len(q) for q in buf._starts)
+    assert (lost == 0) if forget else (lost > 0)
+    closed = buf.take_closed_episodes()
+    assert closed and all(first_of[b][0] == a and first_of[b] in alive for a, b in closed)

@@ -133,6 +133,7 @@ class ReplayBuffer:
         self.opens = np.zeros(k, bool)  # an episode is in progress in this ring
         self.num_valid = 0
         self._starts = [collections.deque() for _ in range(k)]  # first slots of episodes
+        self._start_arrays: list[np.ndarray | None] = [None] * k  # _starts as arrays (cache)
         self.rng = np.random.Generator(np.random.PCG64(seed))
         for name in counted:
             if name not in self.extras or self.extra_specs[name][0] != ():
@@ -145,8 +146,10 @@ class ReplayBuffer:
         # objects with state_arrays() / load_arrays(d) saved inside this buffer's file
         # (prioritized replay's ranking), restored after the buffer itself
         self.attachments: dict = {}
-        # (first slot, last slot) of episodes finished since the last take_closed_episodes()
-        self._closed: list[tuple[int, int]] = []
+        # first slot -> last slot of the episodes finished since the last
+        # take_closed_episodes(), while their first slot lasts (an agent that never takes
+        # them keeps at most the episodes in memory)
+        self._closed: dict[int, int] = {}
         self.per: RankPrioritized | None = None
         if prioritized is not None:
             self.per = RankPrioritized(self.capacity, prioritized.alpha, prioritized.beta0,
@@ -192,13 +195,15 @@ class ReplayBuffer:
         starts = self._starts[stream]
         if starts and starts[0] == h:
             starts.popleft()
+            self._start_arrays[stream] = None
+            self._closed.pop(h, None)
             if self.forget_whole_episodes:
                 self._forget_episode(stream, h)
 
     def _episode_ended(self, stream: int, last: int) -> None:
         """Record the episode of ring ``stream`` that ended at slot ``last`` as closed."""
         if self._starts[stream]:  # else the episode outgrew its ring
-            self._closed.append((self._starts[stream][-1], last))
+            self._closed[self._starts[stream][-1]] = last
 
     def _forget_episode(self, stream: int, first: int) -> None:
         """Invalidate every transition of the episode starting at ``first`` (Remember-and-
@@ -310,8 +315,8 @@ class ReplayBuffer:
     def take_closed_episodes(self) -> list[tuple[int, int]]:
         """(first slot, last slot) of every episode finished since the previous call (whose
         first slot is still in the buffer)."""
-        out, self._closed = self._closed, []
-        return [(a, b) for a, b in out if self.valid[a] and self.valid[b]]
+        out, self._closed = self._closed, {}
+        return [(a, b) for a, b in out.items() if self.valid[a] and self.valid[b]]
 
     def next_observations(self, idx: np.ndarray) -> np.ndarray:
         """The next observation of each transition ``idx`` [B] (an episode's last one: the
@@ -326,12 +331,21 @@ class ReplayBuffer:
         stream = idx // sc
         for s in np.unique(stream):
             sel = stream == s
-            starts = np.fromiter(self._starts[s], np.int64, len(self._starts[s]))
+            starts = self._start_array(s)
             oldest = int(self.base[s] + self.heads[s])  # ages count from the oldest slot
             pos = np.searchsorted((starts - oldest) % sc, (idx[sel] - oldest) % sc,
                                   side="right") - 1
             out[sel] = starts[np.maximum(pos, 0)]
         return out
+
+    def _start_array(self, stream: int) -> np.ndarray:
+        """Ring ``stream``'s episode first slots, oldest first, as an array (rebuilt only after
+        an episode starts or loses its start, not at every lookup)."""
+        a = self._start_arrays[stream]
+        if a is None:
+            q = self._starts[stream]
+            a = self._start_arrays[stream] = np.fromiter(q, np.int64, len(q))
+        return a
 
     def _write_step(self, p, action, reward, terminated, truncated, extras: dict) -> None:
         """The transition's own fields at slot(s) ``p``; write-back fields start at their
@@ -350,6 +364,7 @@ class ReplayBuffer:
     def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
         """Store the first observation of an episode in ring ``stream``."""
         self._starts[stream].append(self._write_obs(stream, obs, first=True))
+        self._start_arrays[stream] = None
         self.opens[stream] = True
 
     def add(self, action, reward, terminated, truncated, next_obs, stream: int = 0,
@@ -545,7 +560,7 @@ class ReplayBuffer:
         step."""
         if max_length < 1:
             raise OffpolicyError(f"episode length must be >= 1, got {max_length}")
-        starts = np.fromiter((s for q in self._starts for s in q), np.int64)
+        starts = np.concatenate([self._start_array(s) for s in range(self.num_streams)])
         starts = starts[self.valid[starts]] if starts.size else starts
         if starts.size == 0:
             raise OffpolicyError("cannot sample episodes: replay holds no episode start")
@@ -708,7 +723,7 @@ class ReplayBuffer:
             "extras": {k: [list(s), d.str] for k, (s, d) in self.extra_specs.items()},
             "rng": self.rng.bit_generator.state,
             "starts": [list(map(int, q)) for q in self._starts],
-            "closed": [[int(a), int(b)] for a, b in self._closed],
+            "closed": [[int(a), int(b)] for a, b in self._closed.items()],
         }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
         for name, obj in self.attachments.items():
@@ -789,7 +804,8 @@ class ReplayBuffer:
             self._starts = [collections.deque(q) for q in meta["starts"]]
         else:  # a file written before episode starts were saved
             self._rebuild_starts()
-        self._closed = [(int(a), int(b)) for a, b in meta.get("closed", [])]
+        self._start_arrays = [None] * self.num_streams
+        self._closed = {int(a): int(b) for a, b in meta.get("closed", [])}
         for name in self._counts:
             self._counts[name] = float(self.extras[name][self.valid].sum())
         for f in self.listeners:
@@ -810,6 +826,7 @@ class ReplayBuffer:
             prev_valid = np.concatenate([[n == sc], self.valid[slots[:-1]]])
             first = self.valid[slots] & ~prev_valid
             self._starts[s] = collections.deque(int(i) for i in slots[first])
+            self._start_arrays[s] = None
 
     def close_episode(self, streams: np.ndarray | None = None) -> None:
         """Abandon the episodes in progress (on resume they restart; a remote collector that
@@ -824,5 +841,5 @@ class ReplayBuffer:
             p = int(self.base[s] + (self.heads[s] - 2) % sc)  # the latest transition
             last_obs = int(self.base[s] + (self.heads[s] - 1) % sc)
             if starts and starts[-1] != last_obs and self.valid[p]:
-                self._closed.append((starts[-1], p))
+                self._closed[starts[-1]] = p
         self.opens[which] = False

@@ -371,3 +371,18 @@ def test_dqn_learns_from_atari_frames_with_the_nature_cnn(tmp_path):
     r.train(final_eval=False)
     assert r.learner.updates >= 70
     assert "NatureCNN_0" in r.learner.state["params"]["Torso_0"]
+
+
+@pytest.mark.parametrize("algo,preset", [("dqn", "paper"), ("acer", "paper-atari")])
+def test_the_atari_presets_write_their_large_replay_less_often(algo, preset):
+    """A latest checkpoint holds the whole replay (5-7 GiB of frames for these presets): they
+    write one every 100 000 steps, which --checkpoint-every still sets; other settings keep
+    10 000."""
+    from offpolicy import registry
+
+    atari = registry.resolve(algo, preset=preset).train
+    assert atari.checkpoint_every == registry.ATARI_CHECKPOINT_EVERY == 100_000
+    assert atari.checkpoint_every % atari.num_envs == 0
+    own = registry.resolve(algo, preset=preset, train_overrides={"checkpoint_every": 20_000})
+    assert own.train.checkpoint_every == 20_000
+    assert registry.resolve(algo).train.checkpoint_every == 10_000

@@ -704,14 +704,17 @@ class ReplayBuffer:
         return np.concatenate([b + np.arange(n) for b, n in zip(self.base, self.sizes)])
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        slots = self._written()
-        single = self.num_streams == 1
-        arrays = {k: getattr(self, k)[:self.size] if single else getattr(self, k)[slots]
-                  for k in _CORE}
-        arrays.update({f"extra.{k}": v[:self.size] if single else v[slots]
-                       for k, v in self.extras.items()})
+        """The arrays :meth:`save` writes: the written slots ring by ring. With one ring, or
+        every ring full, they are a prefix of the buffer and go out as views (a full
+        paper-atari memory is 5.3 GiB: a copy would double it at every checkpoint)."""
+        if self.num_streams == 1 or bool((self.sizes == self.stream_capacity).all()):
+            take: slice | np.ndarray = slice(0, int(self.sizes.sum()))
+        else:
+            take = self._written()
+        arrays = {k: getattr(self, k)[take] for k in _CORE}
+        arrays.update({f"extra.{k}": v[take] for k, v in self.extras.items()})
         if self.frame_stack:
-            arrays["frame_back"] = self.frame_back[slots]
+            arrays["frame_back"] = self.frame_back[take]
         meta = {
             "format": REPLAY_FORMAT, "frame_stack": self.frame_stack,
             "capacity": self.capacity, "num_streams": self.num_streams,

@@ -697,20 +697,18 @@ class ReplayBuffer:
         return out
 
     # ------------------------------------------------------------------ persistence
-    def _written(self) -> np.ndarray:
-        """Absolute indices of every written slot, ring by ring (saved in this order)."""
-        if self.num_streams == 1:
-            return np.arange(self.size)
+    def _written(self) -> slice | np.ndarray:
+        """Every written slot, ring by ring (saved in this order): a slice when that is a
+        prefix of the buffer (one ring, or every ring full), so that saving reads views and
+        loading writes ranges (a full paper-atari memory is 5.3 GiB: a gathered copy would
+        double it at every checkpoint); absolute indices otherwise."""
+        if self.num_streams == 1 or bool((self.sizes == self.stream_capacity).all()):
+            return slice(0, int(self.sizes.sum()))
         return np.concatenate([b + np.arange(n) for b, n in zip(self.base, self.sizes)])
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays :meth:`save` writes: the written slots ring by ring. With one ring, or
-        every ring full, they are a prefix of the buffer and go out as views (a full
-        paper-atari memory is 5.3 GiB: a copy would double it at every checkpoint)."""
-        if self.num_streams == 1 or bool((self.sizes == self.stream_capacity).all()):
-            take: slice | np.ndarray = slice(0, int(self.sizes.sum()))
-        else:
-            take = self._written()
+        """The arrays :meth:`save` writes: the written slots (:meth:`_written`)."""
+        take = self._written()
         arrays = {k: getattr(self, k)[take] for k in _CORE}
         arrays.update({f"extra.{k}": v[take] for k, v in self.extras.items()})
         if self.frame_stack:

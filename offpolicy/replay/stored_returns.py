@@ -135,9 +135,7 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
     head = np.flatnonzero(np.r_[True, start[1:] != start[:-1]])  # each row's first sample
     end = np.r_[head[1:], start.size]
     n = head.size
-    sc = replay.stream_capacity
-    ring = (start[head] // sc) * sc
-    offset = start[head] - ring  # each row's episode: its first slot in its ring
+    episode = start[head]  # each row's episode, by its first slot
     small_change = tol * np.maximum.reduceat(np.abs(delta), head)
     cursor = pos[head].copy()  # the position each row's next chunk starts from, walking back
     carry = np.zeros(n)  # the accumulated change y at cursor + 1
@@ -151,7 +149,7 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
         cur = cursor[live]
         j = cur - back
         inside = j >= 0  # before the episode's first step: g = 1, nothing added
-        slots = ring[live] + (offset[live] + np.maximum(j, 0)) % sc
+        slots = replay._offset(episode[live], np.maximum(j, 0))
         rbar = np.minimum(1.0, rho[slots].astype(np.float64))
         g = np.where(inside, np.maximum(spec.gamma * rbar, g_min), 1.0)
         column[live] = np.arange(live.size)

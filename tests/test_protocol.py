@@ -74,6 +74,15 @@ def test_every_registered_agent_implements_the_protocol(algo):
     state, metrics, wb = jax.eval_shape(agent.update, r.state, batch, jax.random.PRNGKey(0))
     assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(r.state)
     assert set(wb) == set(agent.writeback_fields) and metrics
+    # the learner initialises with one compiled program: the same values as the agent's own
+    # init run op by op, in distinct buffers (donation needs them)
+    eager = agent.init(jax.random.PRNGKey(r.run.train.seed))
+    assert jax.tree_util.tree_structure(eager) == jax.tree_util.tree_structure(r.state)
+    leaves = jax.tree_util.tree_leaves(r.state)
+    for x, y in zip(jax.tree_util.tree_leaves(eager), leaves):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        assert x.dtype == y.dtype
+    assert len({x.unsafe_buffer_pointer() for x in leaves}) == len(leaves)
 
 
 def test_check_agent_names_what_is_missing():

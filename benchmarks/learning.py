@@ -58,6 +58,11 @@ SUITES = {
     # for a full batch (step 256, before); SB3's TD3 itself from our initialiser's draw
     "td3-loop-ablation": ["td3-sb3", "td3-sb3-wait", "sb3-td3", "sb3-td3-ourupdate",
                           "sb3-td3-ourupdate-ourinit", "sb3-td3-ourinit"],
+    # issue 33 on Hopper-v5: SBX's TD3 far ahead of SB3's and ours (2 seeds: 1374 against 386
+    # and 295). SBX draws its weights from Flax's default law (LeCun normal, zero biases), SB3
+    # and ours (--preset sb3) from PyTorch's: our TD3 with SBX's law beside the three. The
+    # other entries' runs are baselines-peers' (link their folders: the same runs)
+    "td3-init-ablation": ["td3-sb3", "td3-sb3-flaxinit", "sb3-td3", "sbx-td3"],
     # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
     # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
     "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
@@ -158,6 +163,8 @@ VARIANTS = {
     # our TD3 as --preset sb3 ran before it started updates at step 101 (SB3's learning_starts)
     "td3-sb3-wait": ("td3", ["--preset", "sb3", "--wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
+    # SBX's initial weights' law (Flax's Dense default) in our TD3 with SB3's settings
+    "td3-sb3-flaxinit": ("td3", ["--preset", "sb3", "--td3.init", "flax"]),
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
@@ -223,6 +230,8 @@ SUITE_COMPARISONS = {
                           ("td3-sb3", "td3-sb3-wait", "paired"), ("td3-sb3", "sb3-td3"),
                           # the two libraries' TD3 from the same (our) initial draws
                           ("td3-sb3", "sb3-td3-ourinit", "paired")],
+    "td3-init-ablation": [("td3-sb3-flaxinit", "td3-sb3"), ("td3-sb3-flaxinit", "sbx-td3"),
+                          ("td3-sb3", "sbx-td3"), ("sbx-td3", "sb3-td3")],
     "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],

@@ -59,10 +59,13 @@ SUITES = {
     "td3-loop-ablation": ["td3-sb3", "td3-sb3-wait", "sb3-td3", "sb3-td3-ourupdate",
                           "sb3-td3-ourupdate-ourinit", "sb3-td3-ourinit"],
     # issue 33 on Hopper-v5: SBX's TD3 far ahead of SB3's and ours (2 seeds: 1374 against 386
-    # and 295). SBX draws its weights from Flax's default law (LeCun normal, zero biases), SB3
-    # and ours (--preset sb3) from PyTorch's: our TD3 with SBX's law beside the three. The
+    # and 295). With the same settings SBX's TD3 (0.28) differs from SB3's and ours in two
+    # things: its initial law (Flax's Dense default: LeCun normal, zero biases; SB3 and our
+    # --preset sb3: PyTorch's) and its targets, soft-updated after every critic update rather
+    # than every policy_delay updates. Our TD3 with each and with both, beside the three; the
     # other entries' runs are baselines-peers' (link their folders: the same runs)
-    "td3-init-ablation": ["td3-sb3", "td3-sb3-flaxinit", "sb3-td3", "sbx-td3"],
+    "td3-sbx-ablation": ["td3-sb3", "td3-sb3-flaxinit", "td3-sb3-sbxtarget", "td3-sb3-sbx",
+                         "sb3-td3", "sbx-td3"],
     # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
     # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
     "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
@@ -163,8 +166,12 @@ VARIANTS = {
     # our TD3 as --preset sb3 ran before it started updates at step 101 (SB3's learning_starts)
     "td3-sb3-wait": ("td3", ["--preset", "sb3", "--wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
-    # SBX's initial weights' law (Flax's Dense default) in our TD3 with SB3's settings
+    # our TD3 with SB3's settings and SBX's initial law (Flax's Dense default), its target
+    # cadence (after every critic update), or both
     "td3-sb3-flaxinit": ("td3", ["--preset", "sb3", "--td3.init", "flax"]),
+    "td3-sb3-sbxtarget": ("td3", ["--preset", "sb3", "--td3.target-every-update"]),
+    "td3-sb3-sbx": ("td3", ["--preset", "sb3", "--td3.init", "flax",
+                            "--td3.target-every-update"]),
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
@@ -230,8 +237,9 @@ SUITE_COMPARISONS = {
                           ("td3-sb3", "td3-sb3-wait", "paired"), ("td3-sb3", "sb3-td3"),
                           # the two libraries' TD3 from the same (our) initial draws
                           ("td3-sb3", "sb3-td3-ourinit", "paired")],
-    "td3-init-ablation": [("td3-sb3-flaxinit", "td3-sb3"), ("td3-sb3-flaxinit", "sbx-td3"),
-                          ("td3-sb3", "sbx-td3"), ("sbx-td3", "sb3-td3")],
+    "td3-sbx-ablation": [("td3-sb3-sbx", "sbx-td3"), ("td3-sb3-sbx", "td3-sb3"),
+                         ("td3-sb3-flaxinit", "td3-sb3"), ("td3-sb3-sbxtarget", "td3-sb3"),
+                         ("td3-sb3", "sbx-td3"), ("sbx-td3", "sb3-td3")],
     "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],

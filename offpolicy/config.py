@@ -383,6 +383,10 @@ class TD3Config(CoreFields):
     noise_clip: float = _f(0.5, "the smoothing noise is clipped to [-c, c] (Eq. 14)", ge=0)
     policy_delay: int = _f(2, "d: the actor and the targets are updated every d critic "
                            "updates (Algorithm 1)", ge=1)
+    target_every_update: bool = _f(
+        False, "soft-update both targets after every critic update, before the delayed actor "
+        "step, as SBX's TD3 (0.28) does; off: every d updates after the actor step "
+        "(Algorithm 1, SB3)")
 
 
 @dataclass

@@ -6,6 +6,7 @@ n-step) targets against plain-Python loops, and PER on DQN's n-step windows."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -85,6 +86,36 @@ def test_td3_updates_actor_and_targets_every_d_critic_updates(delay):
     assert actor_steps == expected and target_steps == expected
     assert critic_steps == list(range(1, 7))  # the critics learn at every update
     assert int(state["updates"]) == 6
+
+
+@pytest.mark.parametrize("delay", [1, 2])
+def test_td3_target_every_update_steps_both_targets_before_the_actor(delay):
+    """SBX's order (target_every_update): after every critic step both targets move towards
+    the new critics and the actor as it was before this update's (delayed) actor step; the
+    actor and critic steps are those of the paper's order."""
+    cfg = C.TD3Config(hidden=(8, 8), policy_delay=delay, tau=0.3)
+    sbx, paper = TD3(replace(cfg, target_every_update=True), (3,), CONT), TD3(cfg, (3,), CONT)
+    state = sbx.init(jax.random.PRNGKey(0))
+    # targets apart from the online networks, so that every soft update shows
+    state["target"] = jax.tree_util.tree_map(lambda x: x + 0.5, state["target"])
+    rng = np.random.default_rng(1)
+    for k in range(1, 5):
+        batch, key = transitions_batch(rng), jax.random.PRNGKey(k)
+        new, _, _ = jax.jit(sbx.update)(state, batch, key)
+        ref, _, _ = jax.jit(paper.update)(state, batch, key)
+        for part in ("actor", "critic"):  # the same learning steps
+            for a, b in zip(jax.tree_util.tree_leaves(new["params"][part]),
+                            jax.tree_util.tree_leaves(ref["params"][part])):
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        # the targets: tau (critic after this step, actor before it) + (1 - tau) old target
+        online = {"critic": new["params"]["critic"], "actor": state["params"]["actor"]}
+        for part in ("actor", "critic"):
+            for t, o, old in zip(jax.tree_util.tree_leaves(new["target"][part]),
+                                 jax.tree_util.tree_leaves(online[part]),
+                                 jax.tree_util.tree_leaves(state["target"][part])):
+                np.testing.assert_allclose(t, 0.3 * np.asarray(o) + 0.7 * np.asarray(old),
+                                           rtol=1e-5, atol=1e-6)
+        state = new
 
 
 # ---------------------------------------------------------------------- SAC

@@ -12,6 +12,8 @@ For a batch (s, a, r, s', c), c = 0 if s' is terminal else 1 (truncation bootstr
 Every d-th critic update (delayed policy updates, Sec. 5.2):
   L_actor  = -mean Q_theta1(s, pi_phi(s))                 (deterministic policy gradient)
   theta'_i <- tau theta_i + (1 - tau) theta'_i,  phi' <- tau phi + (1 - tau) phi'
+(``target_every_update``: both targets step after every critic update instead, before the
+delayed actor step, as SBX's TD3 does; not the paper's algorithm, an ablation's switch.)
 Exploration: a = pi_phi(s) + N(0, 0.1^2) on the host, clipped to the box. Adam 1e-3 for both,
 batch 100, tau 0.005, d = 2, sigma~ = 0.2, c_n = 0.5 (Sec. 6.1, Table 3).
 
@@ -134,6 +136,8 @@ class TD3:
             params["critic"], batch, y, refer.per_weights(self.replay, batch))
         upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], params["critic"])
         params = {**params, "critic": optax.apply_updates(params["critic"], upd)}
+        if c.target_every_update:  # SBX's order: both targets now, the actor step after
+            target = soft_update(target, params, c.tau)
 
         def delayed(operand):
             """The actor step on the updated critic, then both targets (Algorithm 1)."""
@@ -142,7 +146,9 @@ class TD3:
                                                                 params["critic"], batch["obs"])
             upd, actor_opt = self.actor_opt.update(grads, actor_opt, params["actor"])
             params = {**params, "actor": optax.apply_updates(params["actor"], upd)}
-            return params, soft_update(target, params, c.tau), actor_opt, a_loss
+            if not c.target_every_update:
+                target = soft_update(target, params, c.tau)
+            return params, target, actor_opt, a_loss
 
         updates = state["updates"] + 1
         params, target, actor_opt, a_loss = jax.lax.cond(

@@ -59,13 +59,15 @@ SUITES = {
     "td3-loop-ablation": ["td3-sb3", "td3-sb3-wait", "sb3-td3", "sb3-td3-ourupdate",
                           "sb3-td3-ourupdate-ourinit", "sb3-td3-ourinit"],
     # issue 33 on Hopper-v5: SBX's TD3 far ahead of SB3's and ours (2 seeds: 1374 against 386
-    # and 295). With the same settings SBX's TD3 (0.28) differs from SB3's and ours in two
+    # and 295). With the same settings SBX's TD3 (0.28) differs from SB3's and ours in three
     # things: its initial law (Flax's Dense default: LeCun normal, zero biases; SB3 and our
-    # --preset sb3: PyTorch's) and its targets, soft-updated after every critic update rather
-    # than every policy_delay updates. Our TD3 with each and with both, beside the three; the
-    # other entries' runs are baselines-peers' (link their folders: the same runs)
-    "td3-sbx-ablation": ["td3-sb3", "td3-sb3-flaxinit", "td3-sb3-sbxtarget", "td3-sb3-sbx",
-                         "sb3-td3", "sbx-td3"],
+    # --preset sb3: PyTorch's), its targets, soft-updated after every critic update rather than
+    # every policy_delay updates, and its actor, which ascends the smaller twin rather than
+    # Q_1 (and it halves the critic loss, which Adam all but cancels). Our TD3 with all three,
+    # and with each, beside the three libraries; the other entries' runs are
+    # baselines-peers' (link their folders: the same runs)
+    "td3-sbx-ablation": ["td3-sb3", "td3-sb3-sbx", "td3-sb3-flaxinit", "td3-sb3-sbxtarget",
+                         "td3-sb3-minq", "sb3-td3", "sbx-td3"],
     # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
     # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
     "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
@@ -167,11 +169,12 @@ VARIANTS = {
     "td3-sb3-wait": ("td3", ["--preset", "sb3", "--wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
     # our TD3 with SB3's settings and SBX's initial law (Flax's Dense default), its target
-    # cadence (after every critic update), or both
+    # cadence (after every critic update), its actor loss (the smaller twin), or all three
     "td3-sb3-flaxinit": ("td3", ["--preset", "sb3", "--td3.init", "flax"]),
     "td3-sb3-sbxtarget": ("td3", ["--preset", "sb3", "--td3.target-every-update"]),
+    "td3-sb3-minq": ("td3", ["--preset", "sb3", "--td3.actor-min-q"]),
     "td3-sb3-sbx": ("td3", ["--preset", "sb3", "--td3.init", "flax",
-                            "--td3.target-every-update"]),
+                            "--td3.target-every-update", "--td3.actor-min-q"]),
     "ddpg-input1": ("ddpg", ["--ddpg.action-input-layer", "1"]),
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
@@ -237,8 +240,11 @@ SUITE_COMPARISONS = {
                           ("td3-sb3", "td3-sb3-wait", "paired"), ("td3-sb3", "sb3-td3"),
                           # the two libraries' TD3 from the same (our) initial draws
                           ("td3-sb3", "sb3-td3-ourinit", "paired")],
-    "td3-sbx-ablation": [("td3-sb3-sbx", "sbx-td3"), ("td3-sb3-sbx", "td3-sb3"),
-                         ("td3-sb3-flaxinit", "td3-sb3"), ("td3-sb3-sbxtarget", "td3-sb3"),
+    # ours against ours: the same seed's runs share the env and noise streams (paired)
+    "td3-sbx-ablation": [("td3-sb3-sbx", "sbx-td3"), ("td3-sb3-sbx", "td3-sb3", "paired"),
+                         ("td3-sb3-flaxinit", "td3-sb3", "paired"),
+                         ("td3-sb3-sbxtarget", "td3-sb3", "paired"),
+                         ("td3-sb3-minq", "td3-sb3", "paired"),
                          ("td3-sb3", "sbx-td3"), ("sbx-td3", "sb3-td3")],
     "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],

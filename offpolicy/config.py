@@ -376,17 +376,22 @@ class TD3Config(CoreFields):
     actor_lr: float = _f(1e-3, "Adam step size of the actor", gt=0)
     critic_lr: float = _f(1e-3, "Adam step size of the twin critics", gt=0)
     gamma: float = _f(0.99, "discount factor", ge=0, le=1)
-    tau: float = _f(5e-3, "soft target update rate (every policy_delay updates)", gt=0, le=1)
+    tau: float = _f(5e-3, "soft target update rate (every policy_delay updates; every update "
+                    "with --td3.target-every-update)", gt=0, le=1)
     exploration_sigma: float = _f(0.1, "std of the Gaussian exploration noise N(0, sigma^2) "
                                   "added on the host (actions in [-1, 1])", ge=0)
     policy_noise: float = _f(0.2, "std of the target policy smoothing noise (Eq. 14)", ge=0)
     noise_clip: float = _f(0.5, "the smoothing noise is clipped to [-c, c] (Eq. 14)", ge=0)
     policy_delay: int = _f(2, "d: the actor and the targets are updated every d critic "
-                           "updates (Algorithm 1)", ge=1)
+                           "updates (Algorithm 1; the targets every update with "
+                           "--td3.target-every-update)", ge=1)
     target_every_update: bool = _f(
         False, "soft-update both targets after every critic update, before the delayed actor "
         "step, as SBX's TD3 (0.28) does; off: every d updates after the actor step "
         "(Algorithm 1, SB3)")
+    actor_min_q: bool = _f(
+        False, "the actor ascends min(Q_1, Q_2)(s, pi(s)), as SBX's TD3 (0.28) does; off: "
+        "Q_1 (Algorithm 1, SB3)")
 
 
 @dataclass

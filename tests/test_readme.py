@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from _helpers import cli_env
 
+from offpolicy import registry
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -29,8 +31,9 @@ BIN = Path(sys.executable).parent
 SMALL = {"--steps": "400", "--eval-every": "400", "--checkpoint-every": "400",
          "--eval-episodes": "1", "--log-every": "200", "--warmup-steps": "300"}
 SMALL_ACE = {"--warmup-steps": "380"}
-# the benchmark line (ACE): its first update comes once replay holds a batch (64 steps); the
-# warm-up ends just past it, and 10 env steps and 10 updates are timed
+# the benchmark line (ACE, as every bench line here): its first update comes once replay holds
+# a batch (64 steps); the warm-up ends just past it (one that ended before it would be refused,
+# failing the test), and 10 env steps and 10 updates are timed
 SMALL_BENCH = {"--bench-steps": "10", "--bench-warmup": "70", "--rounds": "1"}
 
 
@@ -63,7 +66,8 @@ def small(argv: list[str]) -> list[str]:
     if rest[0] == "train":
         if "--resume" in rest:  # continues the run: twice its (small) length, its own flags
             return _set(argv, {"--steps": "800"}) + ["--quiet"]
-        return _set(argv, SMALL | (SMALL_ACE if rest[1] == "ace" else {})) + ["--quiet"]
+        ace = rest[1] in registry.ALGORITHMS and registry.get(rest[1]).section == "ace"
+        return _set(argv, SMALL | (SMALL_ACE if ace else {})) + ["--quiet"]
     if rest[0] == "eval":
         return _set(argv, {"--episodes": "1"})
     if rest[0] == "bench":

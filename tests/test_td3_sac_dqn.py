@@ -118,6 +118,39 @@ def test_td3_target_every_update_steps_both_targets_before_the_actor(delay):
         state = new
 
 
+def test_td3_actor_min_q_ascends_the_smaller_twin():
+    """actor_min_q (SBX's TD3): L_actor = -mean_b min_i Q_i(s_b, pi(s_b)), against the two
+    critics evaluated one by one; off: Q_1's alone (Algorithm 1)."""
+    cfg = C.TD3Config(hidden=(8, 8))
+    sbx, paper = TD3(replace(cfg, actor_min_q=True), (3,), CONT), TD3(cfg, (3,), CONT)
+    p = sbx.init(jax.random.PRNGKey(0))["params"]
+    obs = 3 * np.random.default_rng(3).normal(size=(64, 3)).astype(np.float32)
+    q = np.asarray(sbx.q(p["critic"], obs, sbx.pi(p["actor"], obs)))  # [2, B]
+    assert (q[0] < q[1]).any() and (q[1] < q[0]).any()  # each twin is the smaller somewhere
+    ref = -np.mean([min(q[0, b], q[1, b]) for b in range(obs.shape[0])])
+    assert float(sbx.actor_loss(p["actor"], p["critic"], obs)) == pytest.approx(ref, rel=1e-5)
+    assert float(paper.actor_loss(p["actor"], p["critic"], obs)) == \
+        pytest.approx(-q[0].mean(), rel=1e-5)
+
+
+@pytest.mark.parametrize("scheme", C.INIT_SCHEMES)
+def test_a_jitted_init_draws_the_eager_init_bitwise(scheme):
+    """The learner initialises with jax.jit(agent.init): for every initial law (and a
+    recurrent core, and the Nature CNN) the same values as the agent's init run op by op."""
+    agents = [TD3(C.TD3Config(hidden=(8, 8), init=scheme), (3,), CONT),
+              TD3(C.TD3Config(hidden=(8,), init=scheme, core="lstm", core_cells=4,
+                              core_window=4), (3,), CONT)]
+    if scheme == C.INIT_SCHEMES[0]:
+        agents.append(DQN(C.DQNConfig(), (84, 84, 4), ActionSpec("discrete", shape=(), n=4)))
+    for agent in agents:
+        key = jax.random.PRNGKey(5)
+        eager, jitted = agent.init(key), jax.jit(agent.init)(key)
+        assert jax.tree_util.tree_structure(eager) == jax.tree_util.tree_structure(jitted)
+        for x, y in zip(jax.tree_util.tree_leaves(eager), jax.tree_util.tree_leaves(jitted)):
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 # ---------------------------------------------------------------------- SAC
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_squashed_gaussian_log_prob_matches_a_numerical_density(seed):

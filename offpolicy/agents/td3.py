@@ -12,8 +12,9 @@ For a batch (s, a, r, s', c), c = 0 if s' is terminal else 1 (truncation bootstr
 Every d-th critic update (delayed policy updates, Sec. 5.2):
   L_actor  = -mean Q_theta1(s, pi_phi(s))                 (deterministic policy gradient)
   theta'_i <- tau theta_i + (1 - tau) theta'_i,  phi' <- tau phi + (1 - tau) phi'
-(``target_every_update``: both targets step after every critic update instead, before the
-delayed actor step, as SBX's TD3 does; not the paper's algorithm, an ablation's switch.)
+Two switches, not the paper's algorithm, make it SBX's TD3 (0.28) for comparisons:
+``target_every_update`` (both targets step after every critic update instead, before the
+delayed actor step) and ``actor_min_q`` (L_actor = -mean min_i Q_theta_i(s, pi_phi(s))).
 Exploration: a = pi_phi(s) + N(0, 0.1^2) on the host, clipped to the box. Adam 1e-3 for both,
 batch 100, tau 0.005, d = 2, sigma~ = 0.2, c_n = 0.5 (Sec. 6.1, Table 3).
 
@@ -124,7 +125,10 @@ class TD3:
         return jnp.sum(jnp.mean(weights * (q - y[None]) ** 2, axis=1)), q
 
     def actor_loss(self, actor_params, critic_params, obs: jax.Array) -> jax.Array:
-        return -jnp.mean(self.q(critic_params, obs, self.pi(actor_params, obs))[0])
+        """-mean Q_theta1(s, pi_phi(s)) (Algorithm 1); with ``actor_min_q`` the smaller of the
+        twins, as SBX's TD3."""
+        q = self.q(critic_params, obs, self.pi(actor_params, obs))
+        return -jnp.mean(jnp.min(q, axis=0) if self.config.actor_min_q else q[0])
 
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c = self.config

@@ -20,6 +20,17 @@ CACHE_DIR = os.environ.setdefault(
     "OFFPOLICY_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"offpolicy-test-jax-{os.getuid()}"))
 SUBPROCESS_TIMEOUT = 120
 
+def assert_same_tree(got, want) -> None:
+    """``got`` and ``want`` hold the same leaves bitwise: tree structure, dtypes and values."""
+    import jax
+    import numpy as np
+
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for x, y in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 # tiny DDPG: small networks, small batches, two evaluation episodes
 TINY_FLAGS = ["--ddpg.hidden", "32", "32", "--batch-size", "16", "--eval-episodes", "2",
               "--quiet"]

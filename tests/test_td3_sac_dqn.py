@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _helpers import assert_same_tree
 
 from offpolicy import config as C
 from offpolicy.agents.base import AgentContext
@@ -144,11 +145,7 @@ def test_a_jitted_init_draws_the_eager_init_bitwise(scheme):
         agents.append(DQN(C.DQNConfig(), (84, 84, 4), ActionSpec("discrete", shape=(), n=4)))
     for agent in agents:
         key = jax.random.PRNGKey(5)
-        eager, jitted = agent.init(key), jax.jit(agent.init)(key)
-        assert jax.tree_util.tree_structure(eager) == jax.tree_util.tree_structure(jitted)
-        for x, y in zip(jax.tree_util.tree_leaves(eager), jax.tree_util.tree_leaves(jitted)):
-            assert x.dtype == y.dtype
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        assert_same_tree(jax.jit(agent.init)(key), agent.init(key))
 
 
 # ---------------------------------------------------------------------- SAC

@@ -112,7 +112,8 @@ class Learner:
             self._state_value = jax.jit(contract.state_value)
         self.replay_statistics = reward_scale.frozen
         # one compiled program (cached on disk) instead of one dispatch per parameter and
-        # initialiser: the same values on the CPU (tests/test_protocol.py), 2-3x faster to start;
+        # initialiser: the same values on the CPU (tests/test_protocol.py); 2-3x faster once
+        # cached, a little slower on a first, cold start of a small agent (one compile each);
         # distinct buffers for every leaf (targets start as copies), as donation requires
         self.state = jax.tree_util.tree_map(jnp.array,
                                             jax.jit(agent.init)(jax.random.PRNGKey(seed)))

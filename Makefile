@@ -35,10 +35,9 @@ train: $(STAMP)
 # The suite on TEST_WORKERS processes (pytest-xdist): each test file stays on one worker (its
 # module fixtures are built once); the tests that start Ray take turns (fixture ray_turn in
 # tests/conftest.py), as --dist loadgroup ignores its groups on pytest 9.2 (pytest-xdist
-# issue 1386). Files start longest first (LONGEST_FIRST in tests/conftest.py), in that order
-# (--no-loadscope-reorder). TEST_WORKERS=0 runs it in this process.
+# issue 1386). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
-PYTEST := $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: $(STAMP)
 	$(PYTEST)

@@ -23,22 +23,3 @@ def ray_turn(tmp_path_factory):
 
     with one_ray_at_a_time(tmp_path_factory):
         yield
-
-
-# The files that take longest, longest first, by their summed test times in a cold run (no
-# persistent compilation cache, as on a fresh CI machine; pytest --durations=0 on 2026-11-28).
-# `make test` runs files whole on two workers (--dist loadfile) in collection order
-# (--no-loadscope-reorder): xdist's own reorder puts the files with most tests first, which left
-# the README test (two tests, one of the longest) to start last. Replaying that run's durations
-# through both orders, greedily on two workers: 5268 s with xdist's order (the run itself took
-# 5280 s, on a host running two training jobs), 5056 s with this one (-4%). Every other file
-# keeps its alphabetical place after these.
-LONGEST_FIRST = ("test_suites.py", "test_examples.py", "test_golden.py", "test_readme.py",
-                 "test_recurrent.py", "test_fault_probe.py", "test_ace.py",
-                 "test_td3_sac_dqn.py", "test_aql.py", "test_learning.py", "test_protocol.py",
-                 "test_distributed_ray.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))

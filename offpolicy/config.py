@@ -369,8 +369,8 @@ class TD3Config(CoreFields):
     and Table 3), with its 1000-step random start as ``--warmup-steps`` in the registry."""
 
     hidden: tuple[int, ...] = _f((400, 300), "hidden sizes of the actor and of each critic "
-                                 "(the paper and SB3's TD3: 400-300, which --preset sb3 keeps; SBX's own "
-                                 "default is 256-256)")
+                                 "(the paper and SB3's TD3: 400-300, which --preset sb3 "
+                                 "keeps; SBX's own default is 256-256)")
     activation: str = _f("relu", "hidden activation", choices=("tanh", "relu", "softsign"))
     init: str = _f("torch", "weight initialisation (see --ddpg.init; the authors' PyTorch "
                    "code keeps PyTorch's default)", choices=INIT_SCHEMES)

@@ -20,6 +20,7 @@ CACHE_DIR = os.environ.setdefault(
     "OFFPOLICY_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"offpolicy-test-jax-{os.getuid()}"))
 SUBPROCESS_TIMEOUT = 120
 
+
 def assert_same_tree(got, want) -> None:
     """``got`` and ``want`` hold the same leaves bitwise: tree structure, dtypes and values."""
     import jax

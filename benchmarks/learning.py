@@ -65,9 +65,10 @@ SUITES = {
     # every policy_delay updates, and its actor, which ascends the smaller twin rather than
     # Q_1 (and it halves the critic loss, which Adam all but cancels). Our TD3 with all three,
     # and with each, beside the three libraries; the other entries' runs are
-    # baselines-peers' (link their folders: the same runs)
+    # baselines-peers' (link their folders: the same runs). The reverse: SBX's TD3 with SB3's
+    # three choices (sbx-td3-sb3, benchmarks/sbx_variant.py)
     "td3-sbx-ablation": ["td3-sb3", "td3-sb3-sbx", "td3-sb3-flaxinit", "td3-sb3-sbxtarget",
-                         "td3-sb3-minq", "sb3-td3", "sbx-td3"],
+                         "td3-sb3-minq", "sb3-td3", "sbx-td3", "sbx-td3-sb3"],
     # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
     # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
     "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
@@ -245,7 +246,9 @@ SUITE_COMPARISONS = {
                          ("td3-sb3-flaxinit", "td3-sb3", "paired"),
                          ("td3-sb3-sbxtarget", "td3-sb3", "paired"),
                          ("td3-sb3-minq", "td3-sb3", "paired"),
-                         ("td3-sb3", "sbx-td3"), ("sbx-td3", "sb3-td3")],
+                         ("td3-sb3", "sbx-td3"), ("sbx-td3", "sb3-td3"),
+                         # SBX's loop and update with SB3's choices: as SBX, or as SB3?
+                         ("sbx-td3-sb3", "sbx-td3", "paired"), ("sbx-td3-sb3", "sb3-td3")],
     "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
@@ -270,6 +273,7 @@ PEER_VARIANTS = {
     "sb3-td3-ourupdate-ourinit": ("sb3", "td3", ("--update", "ours", "--init", "ours")),
     "sb3-td3-ourinit": ("sb3", "td3", ("--init", "ours")),
     "sb3-sac-ourinit": ("sb3", "sac", ("--init", "ours")),
+    "sbx-td3-sb3": ("sbx", "td3", ("--variant", "sb3")),
 }
 
 

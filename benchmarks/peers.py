@@ -170,9 +170,10 @@ def update_kwargs(cfg: BaselineConfig) -> dict[str, Any]:
 
 
 def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConfig,
-                  warmup: int, seed: int) -> BaseAlgorithm:
+                  warmup: int, seed: int, variant: str = "own") -> BaseAlgorithm:
     """The peer's TD3, SAC or DQN with ``cfg`` on ``env`` (relu networks: both libraries'
-    default activation)."""
+    default activation). ``variant="sb3"`` (SBX's TD3 only): SBX's TD3 with SB3's initial
+    law, delayed targets and Q_1 actor loss (benchmarks/sbx_variant.py)."""
     import importlib
 
     module = importlib.import_module("stable_baselines3" if lib == "sb3" else "sbx")
@@ -186,6 +187,10 @@ def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConf
 
         n = int(np.prod(env.action_space.shape))  # type: ignore[arg-type]
         common["action_noise"] = NormalActionNoise(np.zeros(n), cfg.action_sigma * np.ones(n))
+        if variant == "sb3":
+            from sbx_variant import TD3SB3Choices
+
+            return TD3SB3Choices("MlpPolicy", env, **common)
         return module.TD3("MlpPolicy", env, **common)
     if algo == "sac":
         return module.SAC("MlpPolicy", env, **common)
@@ -303,7 +308,8 @@ def build(args: argparse.Namespace, env: gym.Env[Any, Any], warmup: int, cfg: An
     if args.algo == "ddpg":
         model = make_model(args.lib, env, cfg, warmup, args.seed)
     else:
-        model = make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed)
+        model = make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed,
+                              getattr(args, "variant", "own"))
     model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 
@@ -312,8 +318,8 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     lib: Lib = args.lib
     steps: int = args.steps
     warmup: int = args.warmup
-    if args.update != "own" or args.init != "own":
-        raise SystemExit("--update and --init apply to learn only")
+    if args.update != "own" or args.init != "own" or args.variant != "own":
+        raise SystemExit("--update, --init and --variant apply to learn only")
     if steps <= 0 or warmup < 0:
         raise SystemExit("--steps must be > 0 and --warmup >= 0")
     # Skip the first updates (XLA compilation for SBX) for the steady-state rate.
@@ -517,9 +523,13 @@ def cmd_learn(args: argparse.Namespace) -> None:
         raise SystemExit("--update ours is defined for --lib sb3 --algo td3 only")
     if args.init != "own" and (lib != "sb3" or args.algo not in ("td3", "sac")):
         raise SystemExit("--init ours is defined for --lib sb3 --algo td3 or sac only")
+    if args.variant != "own" and (lib != "sbx" or args.algo != "td3"):
+        raise SystemExit("--variant sb3 is defined for --lib sbx --algo td3 only")
     settings = pc.learn_settings(lib, args.algo, args, asdict(cfg))
     if hybrid_update or args.init != "own":  # recorded only then: plain runs keep theirs
         settings.update(update=args.update, init=args.init)
+    if args.variant != "own":
+        settings.update(variant=args.variant)
     if pc.skip_finished(run_dir, settings, args.steps, lib, args.seed):
         return
 
@@ -589,6 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--init", choices=("own", "ours"), default="own",
                        help="learn only, --lib sb3 --algo td3 or sac: start from SB3's "
                        "initial weights (own) or from our initialiser's draw (ours)")
+        p.add_argument("--variant", choices=("own", "sb3"), default="own",
+                       help="learn only, --lib sbx --algo td3: 'sb3' is SBX's TD3 with SB3's "
+                       "initial law, delayed targets and Q_1 actor loss (benchmarks/"
+                       "sbx_variant.py, issue 33's reverse ablation)")
 
     return pc.build_parser(
         __doc__,

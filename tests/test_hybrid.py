@@ -1,5 +1,6 @@
 """benchmarks/hybrid.py, issue 33's ablations: SB3's TD3 and SAC started from our initial draw
-(``--init ours``) and SB3's TD3 loop driving our update (``--update ours``).
+(``--init ours``) and SB3's TD3 loop driving our update (``--update ours``); and
+benchmarks/sbx_variant.py, SBX's TD3 with SB3's three update choices (``--variant sb3``).
 
 The peers live in the bench venv (``make bench-venv``: torch, SB3, SBX), never in ours, so these
 tests run the bench venv's interpreter and are skipped where it is absent (as in CI).
@@ -98,6 +99,102 @@ with torch.no_grad():
 print("ok")
 '''
 
+# SBX's TD3 with SB3's choices: PyTorch's initial law (targets equal to the networks, fresh
+# optimiser states); a non-delayed update leaves the targets and the actor alone; a delayed one
+# matches a reference built step by step (SBX's own critic update, then an actor step on
+# -Q_1 from a separately written loss, then Polyak averaging in NumPy); the actor's step
+# follows critic 1 and ignores critic 2.
+SBX_VARIANT = r'''
+import sys
+import gymnasium as gym
+import jax
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import peers
+from sbx.common.type_aliases import ReplayBufferSamplesNp
+
+cfg = peers.BaselineConfig((400, 300), 256, 1e-3, buffer_size=5000)
+env = gym.make("Pendulum-v1")
+model = peers.make_baseline("sbx", "td3", env, cfg, 100, 0, variant="sb3")
+plain = peers.make_baseline("sbx", "td3", env, cfg, 100, 0)
+pol = model.policy
+def dense_layers(tree):
+    if "kernel" in tree:
+        yield tree
+    else:
+        for sub in tree.values():
+            yield from dense_layers(sub)
+for state in (pol.actor_state, pol.qf_state):
+    for layer in dense_layers(state.params):
+        bound = 1 / np.sqrt(layer["kernel"].shape[-2])  # fan_in
+        for x in (np.asarray(layer["kernel"]), np.asarray(layer["bias"])):
+            assert np.abs(x).max() <= bound, bound
+            assert x.size < 50 or np.abs(x).max() > 0.9 * bound, bound  # not a narrower law
+    for a, b in zip(jax.tree_util.tree_leaves(state.params),
+                    jax.tree_util.tree_leaves(state.target_params), strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+# SBX's own law: zero biases
+assert not np.any(np.asarray(jax.tree_util.tree_leaves(plain.policy.qf_state.params)[0]))
+
+rng = np.random.default_rng(0)
+B = 16
+def f32(*shape):
+    return rng.uniform(-1, 1, shape).astype(np.float32)
+dones = (rng.random(B) < 0.2).astype(np.float32)
+data = ReplayBufferSamplesNp(f32(B, 3), f32(B, 1), f32(B, 3), dones, f32(B),
+                             np.full(B, 0.99, np.float32))
+key = jax.random.PRNGKey(5)
+cls = type(model)
+args = (0.005, 1, data, 2)
+tail = (0.2, 0.5)
+qf0, actor0 = pol.qf_state, pol.actor_state
+
+# not delayed ((offset + 0) % 2 != 0): the critic moves, the actor and every target stay
+qf, actor, _, _ = cls._train(*args, 1, *tail, qf0, actor0, key)
+still = (qf.target_params, actor.params, actor.target_params)
+before = (qf0.target_params, actor0.params, actor0.target_params)
+for a, b in zip(jax.tree_util.tree_leaves(still), jax.tree_util.tree_leaves(before)):
+    assert np.array_equal(np.asarray(a), np.asarray(b))
+assert not all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(
+    jax.tree_util.tree_leaves(qf.params), jax.tree_util.tree_leaves(qf0.params)))
+
+# delayed: against the reference
+qf, actor, _, (actor_loss, _) = cls._train(*args, 0, *tail, qf0, actor0, key)
+ref_qf, _, k = cls.update_critic(actor0, qf0, data.observations, data.actions,
+                                 data.next_observations, data.rewards, data.dones,
+                                 data.discounts, 0.2, 0.5, key)
+k, dk = jax.random.split(k)
+def loss(p):
+    q = ref_qf.apply_fn(ref_qf.params, data.observations, actor0.apply_fn(p, data.observations),
+                        rngs={"dropout": dk})
+    return -np.float32(1 / B) * q[0, :, 0].sum()
+ref_loss, g = jax.value_and_grad(loss)(actor0.params)
+ref_actor = actor0.apply_gradients(grads=g)
+np.testing.assert_allclose(float(actor_loss), float(ref_loss), rtol=1e-5)
+def polyak(new, old):
+    return jax.tree_util.tree_map(lambda n, o: 0.005 * np.asarray(n) + 0.995 * np.asarray(o),
+                                  new, old)
+for got, want in ((qf.params, ref_qf.params), (actor.params, ref_actor.params),
+                  (qf.target_params, polyak(ref_qf.params, qf0.target_params)),
+                  (actor.target_params, polyak(ref_actor.params, actor0.target_params))):
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+# the actor's step ignores critic 2 and follows critic 1
+def shifted(qf_state, which):
+    p = jax.tree_util.tree_map(lambda x: x.at[which].add(0.1) if x.ndim and x.shape[0] == 2 else x,
+                               qf_state.params)
+    return qf_state.replace(params=p)
+def actor_after(qf_state):
+    return cls.update_actor_q1(actor0, qf_state, data.observations, key)[0].params
+base = jax.tree_util.tree_leaves(actor_after(qf0))
+same = jax.tree_util.tree_leaves(actor_after(shifted(qf0, 1)))
+other = jax.tree_util.tree_leaves(actor_after(shifted(qf0, 0)))
+assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(base, same))
+assert not all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(base, other))
+print("ok")
+'''
+
 
 def _run(script: str, *args: str) -> None:
     r = subprocess.run([str(BENCH_PYTHON), "-c", script, *args], capture_output=True,
@@ -112,3 +209,7 @@ def test_sb3_from_our_initial_draw_computes_what_ours_computes(algo):
 
 def test_our_update_in_sb3s_loop_trains_and_restores():
     _run(UPDATE_OURS, str(ROOT / "benchmarks"))
+
+
+def test_sbx_td3_with_sb3s_choices_matches_a_step_by_step_reference():
+    _run(SBX_VARIANT, str(ROOT / "benchmarks"))

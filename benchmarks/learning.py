@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -241,7 +242,7 @@ SUITE_COMPARISONS = {
                           ("td3-sb3", "td3-sb3-wait", "paired"), ("td3-sb3", "sb3-td3"),
                           # the two libraries' TD3 from the same (our) initial draws
                           ("td3-sb3", "sb3-td3-ourinit", "paired")],
-    # ours against ours: the same seed's runs share the env and noise streams (paired)
+    # runs in one loop (ours, or SBX's): the same seed's share the env and noise streams (paired)
     "td3-sbx-ablation": [("td3-sb3-sbx", "sbx-td3"), ("td3-sb3-sbx", "td3-sb3", "paired"),
                          ("td3-sb3-flaxinit", "td3-sb3", "paired"),
                          ("td3-sb3-sbxtarget", "td3-sb3", "paired"),
@@ -266,6 +267,9 @@ SUITE_COMPARISONS = {
 }
 
 
+# the runner's first line of a run's log: "[YYYY-MM-DD HH:MM:SS] command" (not an evaluation's
+# "[20000] return ...")
+RUN_LOG_HEAD = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] ")
 PEER_PREFIXES = ("sb3-", "sbx-", "pfrl-")  # entries run by a peer library's script
 # peer entries with flags of benchmarks/peers.py (name -> library, algorithm, flags)
 PEER_VARIANTS = {
@@ -401,7 +405,7 @@ def main() -> int:
     def after_each(run: runner.RunSpec) -> None:
         # the runner starts each run's log with "[date time] command"
         lines = [x for x in run.log_path.read_text(errors="replace").splitlines()
-                 if x.startswith("[20") and "] " in x[:25]]
+                 if RUN_LOG_HEAD.match(x)]
         with open(a.out_dir / f"{stem}.log", "a") as log:
             print(lines[-1] if lines else f"[{time.strftime('%H:%M:%S')}] {run.label}",
                   file=log)

@@ -182,12 +182,16 @@ def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConf
         train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps, verbose=0, seed=seed)
     if lib == "sb3":
         common["device"] = cfg.device
+    if variant != "own" and (variant != "sb3" or algo != "td3"):
+        raise ValueError(f"variant {variant!r} is defined for SBX's TD3 ('sb3') only")
     if algo == "td3":
         from stable_baselines3.common.noise import NormalActionNoise
 
         n = int(np.prod(env.action_space.shape))  # type: ignore[arg-type]
         common["action_noise"] = NormalActionNoise(np.zeros(n), cfg.action_sigma * np.ones(n))
         if variant == "sb3":
+            if lib != "sbx":
+                raise ValueError("variant 'sb3' is SBX's TD3 with SB3's choices: lib must be sbx")
             from sbx_variant import TD3SB3Choices
 
             return TD3SB3Choices("MlpPolicy", env, **common)

@@ -12,7 +12,8 @@ With SB3's settings, SBX's TD3 (sbx-rl 0.28) differs from SB3's TD3 and from our
 
 ``td3-sbx-ablation``'s ``td3-sb3-sbx`` puts all three into our TD3. This module does the
 reverse: :class:`TD3SB3Choices` is SBX's TD3 (its loop, replay, critic update, networks,
-optimisers and random streams) with SB3's three choices, so that one run of each tells
+optimisers and random streams, but for the initial draw, which takes its own key) with SB3's
+three choices, so that one run of each tells
 whether the three choices are what lifts SBX's TD3 on Hopper-v5 or whether the gap lies
 elsewhere. SBX's halved critic loss stays (Adam all but cancels a constant factor).
 

@@ -32,16 +32,16 @@ sys.path.insert(0, sys.argv[4])
 import peer_common as pc
 import peers
 
-lib, algo, run_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+lib, algo, run_dir, variant = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[5]
 cfg = peers.BaselineConfig((32, 32), 32, 1e-3, buffer_size=5000)
 def flat(model):
     arrays = []
     skeleton = pc.encode_tree(peers.model_state(lib, model), arrays)
     return skeleton, [np.array(a) for a in arrays]
-trained = peers.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0)
+trained = peers.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0, variant)
 trained.learn(300)
 pc.save_checkpoint(run_dir, 300, 1.0, {"algo": algo}, peers.model_state(lib, trained))
-fresh = peers.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0)
+fresh = peers.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0, variant)
 obs = np.random.default_rng(1).uniform(-1, 1, size=(8, 3)).astype(np.float32)
 act = lambda model: model.predict(obs, deterministic=True)[0]
 assert not np.allclose(act(fresh), act(trained))
@@ -61,11 +61,13 @@ print("ok", len(saved))
 '''
 
 
-@pytest.mark.parametrize("lib", ["sb3", "sbx"])
-@pytest.mark.parametrize("algo", ["td3", "sac"])
-def test_a_checkpoint_restores_the_whole_learning_state(tmp_path, lib, algo):
+@pytest.mark.parametrize(("lib", "algo", "variant"), [
+    ("sb3", "td3", "own"), ("sb3", "sac", "own"), ("sbx", "td3", "own"), ("sbx", "sac", "own"),
+    ("sbx", "td3", "sb3")])  # SBX's TD3 with SB3's choices (benchmarks/sbx_variant.py)
+def test_a_checkpoint_restores_the_whole_learning_state(tmp_path, lib, algo, variant):
     proc = subprocess.run([str(BENCH_PYTHON), "-c", ROUND_TRIP, lib, algo, str(tmp_path),
-                           str(PEERS.parent)], capture_output=True, text=True, timeout=600)
+                           str(PEERS.parent), variant], capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().startswith("ok")
 

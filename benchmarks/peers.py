@@ -182,7 +182,7 @@ def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConf
         train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps, verbose=0, seed=seed)
     if lib == "sb3":
         common["device"] = cfg.device
-    if variant != "own" and (variant != "sb3" or algo != "td3"):
+    if variant != "own" and (variant, lib, algo) != ("sb3", "sbx", "td3"):
         raise ValueError(f"variant {variant!r} is defined for SBX's TD3 ('sb3') only")
     if algo == "td3":
         from stable_baselines3.common.noise import NormalActionNoise
@@ -190,8 +190,6 @@ def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConf
         n = int(np.prod(env.action_space.shape))  # type: ignore[arg-type]
         common["action_noise"] = NormalActionNoise(np.zeros(n), cfg.action_sigma * np.ones(n))
         if variant == "sb3":
-            if lib != "sbx":
-                raise ValueError("variant 'sb3' is SBX's TD3 with SB3's choices: lib must be sbx")
             from sbx_variant import TD3SB3Choices
 
             return TD3SB3Choices("MlpPolicy", env, **common)
@@ -312,8 +310,7 @@ def build(args: argparse.Namespace, env: gym.Env[Any, Any], warmup: int, cfg: An
     if args.algo == "ddpg":
         model = make_model(args.lib, env, cfg, warmup, args.seed)
     else:
-        model = make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed,
-                              getattr(args, "variant", "own"))
+        model = make_baseline(args.lib, args.algo, env, cfg, warmup, args.seed, args.variant)
     model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Our entries of a learning grid on a lent GPU machine (the session's `run` tool), inside one
-# call's time limit; the run directories, without checkpoints, come back under $OUT.
+# call's time limit; the run directories come back under $OUT.
 #
 #   bash benchmarks/device_grid.sh SUITE ENV STEPS "SEEDS" "ENTRIES" JOBS LIMIT_S
 #
 # e.g. (run tool, carry [".whl"], timeout_s 600; LIMIT_S + 60 s for the runs to checkpoint
-# after SIGINT + the archive must fit in it):
+# after SIGINT + the archives must fit in it):
 #   bash benchmarks/device_grid.sh baselines-peers HalfCheetah-v5 100000 "0 1 2 3 4" \
 #        "td3-sb3" 10 500
 #
@@ -14,10 +14,19 @@
 # --no-deps` fetched them here; mujoco's for its Python). No peer entries: SB3 and SBX run here,
 # in .venv-bench. Each run is single-threaded on the CPU side (its acting and env) and shares the
 # GPU with the others (XLA's preallocation off). At LIMIT_S the driver gets SIGINT: the runs
-# checkpoint and stop; only finished runs count, so size JOBS and the grid to finish inside it.
-# Back here: `tar xzf runs.tgz` puts runs_gpu/<suite dir>/<entry>/s<seed> (with s<seed>.log and
-# s<seed>.hosts.csv beside it); copy those into the same place under the local runs root and run
-# learning.py --report-only: each run's hosts file says it ran on the GPU machine.
+# checkpoint and stop.
+#
+# What comes back ($OUT holds at most 8 files, 16 MiB each, 64 MiB together):
+#   driver.log      the driver's output
+#   runs.tgz        runs_gpu/<suite dir>/<entry>/s<seed> without checkpoints, with s<seed>.log
+#                   and s<seed>.hosts.csv beside each
+#   ckpt.tgz.part-* the latest checkpoint (no best) of each run the limit stopped, whole runs
+#                   only, as many as fit in CKPT_MIB (default 56) MiB, in 15 MiB parts
+# Back here: `tar xzf runs.tgz`, then `cat ckpt.tgz.part-* | tar xzf -` over it; copy
+# runs_gpu/<suite dir>/... into the same place under the local runs root. Finished runs count as
+# they are; a stopped run resumes here from its checkpoint (its `best` checkpoint stays
+# behind: the resume starts without one). Then learning.py --report-only: each run's hosts file
+# says which machine started or resumed it. The driver's own report stays on that machine.
 set -euo pipefail
 if [ $# -ne 7 ]; then
     echo "usage: device_grid.sh SUITE ENV STEPS \"SEEDS\" \"ENTRIES\" JOBS LIMIT_S" >&2
@@ -27,6 +36,8 @@ suite=$1 env=$2 steps=$3 seeds=$4 entries=$5 jobs=$6 limit=$7
 out=${OUT:?set by the run tool: the folder that comes back}
 python=${PYTHON:-python3}
 root=${RUNS_ROOT:-runs_gpu}
+ckpt_mib=${CKPT_MIB:-56}
+mkdir -p "$out"
 wheels=${WHEELS:-.whl}
 if ls "$wheels"/*.whl >/dev/null 2>&1; then
     "$python" -m pip install -q --no-index --no-deps --target /tmp/site "$wheels"/*.whl
@@ -40,6 +51,29 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 # shellcheck disable=SC2086
 timeout -k 60 -s INT "$limit" "$python" benchmarks/learning.py --suite "$suite" --env "$env" \
     --steps "$steps" --seeds $seeds --entries $entries --jobs "$jobs" --runs-root "$root" \
-    --out-dir "$out/report" 2>&1 | tee "$out/driver.log" || true
+    --out-dir /tmp/device_grid_report 2>&1 | tee "$out/driver.log" || true
 tar czf "$out/runs.tgz" --exclude=checkpoints --exclude=tb --exclude='.*lock' "$root"
+# the latest checkpoint of each stopped run (its eval.csv short of STEPS), while they fit
+list=/tmp/device_grid_ckpts
+: > "$list"
+total=0
+for run in "$root"/*/*/s*/; do
+    run=${run%/}
+    last=$(tail -n 1 "$run/eval.csv" 2>/dev/null | cut -d, -f1)
+    [[ "$last" =~ ^[0-9]+$ ]] && [ "$last" -ge "$steps" ] && continue
+    [ -f "$run/checkpoints/latest" ] || continue
+    ckpt="$run/checkpoints/$(cat "$run/checkpoints/latest")"
+    [ -d "$ckpt" ] || continue
+    mib=$(du -sm "$ckpt" | cut -f1)
+    if [ $((total + mib)) -gt "$ckpt_mib" ]; then
+        echo "device_grid: $run's checkpoint ($mib MiB) does not fit; it stays behind" >&2
+        continue
+    fi
+    total=$((total + mib))
+    printf '%s\n%s\n' "$run/checkpoints/latest" "$ckpt" >> "$list"
+done
+if [ -s "$list" ]; then
+    tar czf /tmp/device_grid_ckpt.tgz -T "$list"
+    split -b 15M -d /tmp/device_grid_ckpt.tgz "$out/ckpt.tgz.part-"
+fi
 ls -la "$out"

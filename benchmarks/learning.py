@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -267,9 +266,6 @@ SUITE_COMPARISONS = {
 }
 
 
-# the runner's first line of a run's log: "[YYYY-MM-DD HH:MM:SS] command" (not an evaluation's
-# "[20000] return ...")
-RUN_LOG_HEAD = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] ")
 PEER_PREFIXES = ("sb3-", "sbx-", "pfrl-")  # entries run by a peer library's script
 # peer entries with flags of benchmarks/peers.py (name -> library, algorithm, flags)
 PEER_VARIANTS = {
@@ -403,9 +399,7 @@ def main() -> int:
         print(f"restored from {a.out_dir}: {', '.join(restored)}", file=sys.stderr)
 
     def after_each(run: runner.RunSpec) -> None:
-        # the runner starts each run's log with "[date time] command"
-        lines = [x for x in run.log_path.read_text(errors="replace").splitlines()
-                 if RUN_LOG_HEAD.match(x)]
+        lines = runner.start_lines(run.log_path)  # "[date time] command", one per start
         with open(a.out_dir / f"{stem}.log", "a") as log:
             print(lines[-1] if lines else f"[{time.strftime('%H:%M:%S')}] {run.label}",
                   file=log)

@@ -207,16 +207,29 @@ def test_a_killed_suite_finishes_the_rest_and_repeats_no_finished_run(tmp_path):
     assert again.returncode == 0, again.stderr
     assert "2 runs, 1 finished, 1 to run or resume" in again.stderr
     assert all(runner.finished(r.run_dir, r.steps) for r in runs)
-    commands = [x for x in second.log_path.read_text().splitlines() if " -m offpolicy " in x]
-    assert len(commands) == 2 and commands[1].endswith("--resume")
-    assert len([x for x in first.log_path.read_text().splitlines()
-                if " -m offpolicy " in x]) == 1  # the finished run never ran again
+    commands = runner.start_lines(second.log_path)  # one "[date time] command" per start
+    assert len(commands) == 2 and " -m offpolicy " in commands[0] \
+        and commands[1].endswith("--resume")
+    assert len(runner.start_lines(first.log_path)) == 1  # the finished run never ran again
     from offpolicy.suites.host import host, read_starts
 
     starts = read_starts(second.run_dir)  # beside the run: s0.hosts.csv
     assert [r["host"] for r in starts] == [host()] * 2 and starts[0]["step"] == "0" \
         and int(starts[1]["step"]) >= 200, starts
     assert len(read_starts(first.run_dir)) == 1
+
+
+def test_start_lines_are_the_runners_stamps_alone(tmp_path):
+    """A run's log mixes the runner's "[date time] command" lines with the run's own output,
+    a peer's "[20000] return ..." among it: only the former are starts."""
+    log = tmp_path / "s0.log"
+    first = runner.stamped("python -m offpolicy train td3 --seed 0")
+    again = runner.stamped("attempt on host-a node 1f (pid 12): python -m offpolicy train td3")
+    log.write_text("\n".join([first, "[20000] return 301.2 +- 4.0  (95s)",
+                              "td3 Hopper-v5 s0 step 30000 eval 12.0", again, ""]))
+    assert runner.start_lines(log) == [first, again]
+    assert first.startswith(f"[{time.strftime('%Y-%m-%d')} ")
+    assert runner.start_lines(tmp_path / "missing.log") == []
 
 
 def test_claims_keep_two_drivers_apart(tmp_path):

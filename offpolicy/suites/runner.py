@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -88,6 +89,27 @@ def train_command(run: RunSpec, python: str | None = None) -> list[str]:
             "--env", run.env, "--steps", str(run.steps), "--seed", str(run.seed),
             "--run-dir", str(run.run_dir), "--quiet", "--eval-every", str(run.eval_every),
             "--eval-episodes", str(run.eval_episodes), *run.suite_flags, *run.entry.flags]
+
+
+# each start of a run writes "[YYYY-MM-DD HH:MM:SS] command" into its log (a Ray attempt:
+# "[...] attempt on HOST ..."); the run's own lines follow, e.g. an evaluation's "[20000] return"
+STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
+_STAMPED = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] ")
+
+
+def stamped(text: str) -> str:
+    """``text`` behind the runner's date-and-time stamp, as a run's log gets it at each start."""
+    return f"[{time.strftime(STAMP_FORMAT)}] {text}"
+
+
+def start_lines(log_path: Path) -> list[str]:
+    """The lines the runner wrote into a run's log, one per start or attempt, oldest first
+    (none when the log is missing)."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return []
+    return [x for x in text.splitlines() if _STAMPED.match(x)]
 
 
 def finished(run_dir: Path, steps: int) -> bool:
@@ -399,7 +421,7 @@ def _start(run: RunSpec, command_for, out: Outcome, view: Progress):
     try:
         cmd = prepare(run, command_for)
         log = open(run.log_path, "a")
-        print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {' '.join(cmd)}", file=log, flush=True)
+        print(stamped(" ".join(cmd)), file=log, flush=True)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 env=single_threaded_env(), start_new_session=True)
         with contextlib.suppress(OSError):  # a record, never a reason to stop the run
@@ -483,8 +505,8 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
         except Exception:
             node = "?"
         with open(run.log_path, "a") as log:
-            print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] attempt on {host} node {node} "
-                  f"(pid {os.getpid()}): {' '.join(cmd)}", file=log, flush=True)
+            print(stamped(f"attempt on {host} node {node} (pid {os.getpid()}): "
+                          f"{' '.join(cmd)}"), file=log, flush=True)
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                     env=single_threaded_env(),
                                     preexec_fn=_set_parent_death_signal)

@@ -1,6 +1,6 @@
-"""Our TD3 and SAC updates against SB3's, step by step, from the same weights on the same batches.
+"""Our TD3 and SAC updates against SB3's (TD3: and SBX's), update by update, from the same weights.
 
-    .venv-bench/bin/python benchmarks/update_parity.py [--algo td3|sac] [--updates 20]
+    .venv-bench/bin/python benchmarks/update_parity.py [--algo td3|sac|td3-sbx] [--updates 20]
         [--out-dir DIR]
 
 Run in the bench venv (``make bench-venv``: SB3 and torch) with this checkout on the path (the
@@ -23,6 +23,15 @@ as shipped.
 In float64 a difference at rounding (~1e-14) means the two updates compute the same function;
 float32 runs part through rounding at the ReLUs' kinks (results/update_parity_td3.md,
 update_parity_sac.md).
+
+``--algo td3-sbx``: our TD3 with SBX's two update choices (``--td3.target-every-update
+--td3.actor-min-q``; the third, SBX's initial law, does not reach an update from copied
+weights) against SBX 0.28's TD3, both from SBX's initial weights. SBX halves its critic loss
+(0.5 x the twins' summed mean squared errors); under Adam that is our update with the critic
+optimiser's epsilon doubled (0.5 g / (0.5 |g| + eps) = g / (|g| + 2 eps)), which this script
+gives ours (``critic_eps``; ``--sbx-eps-as-is`` keeps ours at 1e-8 to show what the halving
+alone moves). SBX's discount is cast to float32 in its ``train``; the batches hand it the
+discount in the run's dtype instead.
 
 This is the check behind issue 33's ablation: if the updates agree, a difference in learning
 lies in the loop (exploration, warm-up, replay sampling, evaluation), not in the update.
@@ -134,9 +143,16 @@ def sac_actor_to_ours(actor, template: dict) -> dict:
 
 def critics_to_ours(q_networks, c_tpl: dict) -> dict:
     """SB3's twin critics as our critic ensemble's tree (same structure as ``c_tpl``)."""
+    return critic_layers_to_ours([[linear(m) for m in q if hasattr(m, "weight")]
+                                  for q in q_networks], c_tpl)
+
+
+def critic_layers_to_ours(critics: list[list[tuple[np.ndarray, np.ndarray]]],
+                          c_tpl: dict) -> dict:
+    """Critics given as (kernel [in, out], bias) per layer, one list per critic, as our critic
+    ensemble's tree (same structure as ``c_tpl``)."""
     import jax
 
-    critics = [[linear(m) for m in q if hasattr(m, "weight")] for q in q_networks]
     c = jax.tree_util.tree_map(np.asarray, c_tpl)
     # the fused first layer: critic i's columns i*h:(i+1)*h of one [in, 2h] kernel
     first = [q[0] for q in critics]
@@ -330,7 +346,96 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
         distributions.f32 = f32
 
 
-COMPARE = {"td3": compare_td3, "sac": compare_sac}
+def sbx_model(seed: int):
+    """SBX's TD3 with the learning runs' settings (peers.make_baseline) and no smoothing
+    noise."""
+    import gymnasium as gym
+    from peers import BASELINES, make_baseline
+    from stable_baselines3.common.logger import configure
+
+    model = make_baseline("sbx", "td3", gym.make("HalfCheetah-v5"), BASELINES["td3"],
+                          warmup=100, seed=seed)
+    model.target_policy_noise = 0.0
+    model.set_logger(configure(None, []))
+    return model
+
+
+def sbx_to_ours(actor_params: dict, qf_params: dict, template: dict) -> dict:
+    """SBX's actor and vmapped twin critics (Flax trees, kernels [in, out]; the critics'
+    stacked on a leading axis of 2) as our parameter trees (structure of ``template``)."""
+    a = actor_params["params"]
+    actor = [(np.asarray(a[f"Dense_{i}"]["kernel"]), np.asarray(a[f"Dense_{i}"]["bias"]))
+             for i in range(len(a))]
+    (vc,) = qf_params["params"].values()
+    critics = [[(np.asarray(vc[f"Dense_{i}"]["kernel"][j]),
+                 np.asarray(vc[f"Dense_{i}"]["bias"][j])) for i in range(len(vc))]
+               for j in range(2)]
+    return {"actor": mlp_to_ours(actor, template["actor"]),
+            "critic": critic_layers_to_ours(critics, template["critic"])}
+
+
+def compare_td3_sbx(dtype: str, updates: int, seed: int, critic_eps: float = 2e-8) -> list[dict]:
+    """Rows of per-update differences between our TD3 with SBX's update choices and SBX's
+    TD3, computing in ``dtype``; ours takes Adam epsilon ``critic_eps`` for its critic (module
+    docstring: SBX's halved critic loss)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import torch
+
+    jax.config.update("jax_enable_x64", dtype == "float64")
+    np_dtype = np.float64 if dtype == "float64" else np.float32
+    model = sbx_model(seed)
+    pol = model.policy
+    for name in ("actor_state", "qf_state"):  # SBX's state in the run's dtype, Adam fresh
+        st = getattr(pol, name)
+        params, target = cast(st.params, np_dtype), cast(st.target_params, np_dtype)
+        setattr(pol, name, st.replace(params=params, target_params=target,
+                                      opt_state=st.tx.init(params)))
+    agent = ours_agent(algo="td3", policy_noise=0.0, target_every_update=True,
+                       actor_min_q=True)
+    cfg = agent.config
+    assert cfg.critic_lr == model.qf_learning_rate == cfg.actor_lr == model.learning_rate
+    agent.critic_opt = optax.adam(cfg.critic_lr, eps=critic_eps)
+    state = agent.init(jax.random.PRNGKey(seed))
+
+    def theirs() -> dict:
+        return {"params": sbx_to_ours(pol.actor_state.params, pol.qf_state.params,
+                                      state["params"]),
+                "target": sbx_to_ours(pol.actor_state.target_params,
+                                      pol.qf_state.target_params, state["params"])}
+
+    t0 = theirs()
+    params = t0["params"]
+    state = cast({**state, "params": params, "target": t0["target"],
+                  "actor_opt": agent.actor_opt.init(params["actor"]),
+                  "critic_opt": agent.critic_opt.init(params["critic"])}, np_dtype)
+    update = jax.jit(agent.update)
+    groups = (("actor", "params", "actor"), ("critics", "params", "critic"),
+              ("actor_target", "target", "actor"), ("critic_targets", "target", "critic"))
+    rows = []
+    a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
+    for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
+        b = {k: v.astype(np_dtype) for k, v in b.items()}
+        sample = sb3_samples(b)._replace(
+            discounts=torch.full((BATCH, 1), model.gamma, dtype=torch.float64
+                                 if dtype == "float64" else torch.float32))
+        model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
+        model.train(gradient_steps=1, batch_size=BATCH)
+        sbx_loss = float(model.logger.name_to_value["train/critic_loss"])
+        state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()},
+                                   jax.random.PRNGKey(i))
+        t = theirs()
+        row = {"dtype": dtype, "update": i, "critic_loss_ours": float(metrics["critic_loss"]),
+               "critic_loss_sbx_x2": 2.0 * sbx_loss,
+               "actor_moved": diff(state["params"]["actor"], a0)[0]}
+        for name, part, net in groups:
+            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part][net], t[part][net])
+        rows.append(row)
+    return rows
+
+
+COMPARE = {"td3": compare_td3, "sac": compare_sac, "td3-sbx": compare_td3_sbx}
 
 
 def main() -> int:
@@ -340,16 +445,23 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtypes", nargs="+", choices=("float64", "float32"),
                    default=["float64", "float32"])
+    p.add_argument("--sbx-eps-as-is", action="store_true",
+                   help="td3-sbx: our critic's Adam epsilon stays 1e-8 (SBX's halved loss "
+                        "then shows as a difference)")
     p.add_argument("--out-dir", type=Path, default=None)
     a = p.parse_args()
-    rows = [r for d in a.dtypes for r in COMPARE[a.algo](d, a.updates, a.seed)]
+    if a.sbx_eps_as_is and a.algo != "td3-sbx":
+        p.error("--sbx-eps-as-is goes with --algo td3-sbx")
+    extra = {"critic_eps": 1e-8} if a.sbx_eps_as_is else {}
+    rows = [r for d in a.dtypes for r in COMPARE[a.algo](d, a.updates, a.seed, **extra)]
     keys = list(rows[0])
     print(", ".join(keys))
     for r in rows:
         print(", ".join(f"{r[k]:.4g}" if isinstance(r[k], float) else str(r[k]) for k in keys))
     if a.out_dir is not None:
         a.out_dir.mkdir(parents=True, exist_ok=True)
-        with open(a.out_dir / f"update_parity_{a.algo}.csv", "w", newline="") as f:
+        stem = f"update_parity_{a.algo}{'_eps-as-is' if a.sbx_eps_as_is else ''}"
+        with open(a.out_dir / f"{stem}.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             w.writerows(rows)

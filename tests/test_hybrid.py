@@ -196,6 +196,23 @@ print("ok")
 '''
 
 
+# update_parity.py --algo td3-sbx: our TD3 with SBX's two update choices, its critic's Adam
+# epsilon doubled, computes SBX's TD3 update in float64 (actor steps included); with the
+# epsilon left at 1e-8, SBX's halved critic loss shows, so the comparison can fail
+SBX_PARITY = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+import update_parity
+same = update_parity.compare_td3_sbx("float64", 4, 0)
+assert same[-1]["actor_moved"] > 1e-4, same[-1]
+assert max(r[k] for r in same for k in r if k.endswith("_max")) < 1e-12, same
+assert abs(same[-1]["critic_loss_ours"] - same[-1]["critic_loss_sbx_x2"]) < 1e-12
+halved = update_parity.compare_td3_sbx("float64", 4, 0, critic_eps=1e-8)
+assert halved[0]["critics_max"] > 1e-6, halved[0]
+print("ok")
+'''
+
+
 def _run(script: str, *args: str) -> None:
     r = subprocess.run([str(BENCH_PYTHON), "-c", script, *args], capture_output=True,
                        text=True, cwd=ROOT, timeout=600)
@@ -213,3 +230,7 @@ def test_our_update_in_sb3s_loop_trains_and_restores():
 
 def test_sbx_td3_with_sb3s_choices_matches_a_step_by_step_reference():
     _run(SBX_VARIANT, str(ROOT / "benchmarks"))
+
+
+def test_our_td3_with_sbxs_choices_computes_sbxs_update():
+    _run(SBX_PARITY, str(ROOT / "benchmarks"))

@@ -52,18 +52,28 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout -k 60 -s INT "$limit" "$python" benchmarks/learning.py --suite "$suite" --env "$env" \
     --steps "$steps" --seeds $seeds --entries $entries --jobs "$jobs" --runs-root "$root" \
     --out-dir /tmp/device_grid_report 2>&1 | tee "$out/driver.log" || true
-tar czf "$out/runs.tgz" --exclude=checkpoints --exclude=tb --exclude='.*lock' "$root"
+# the runs have their own sessions: the driver's KILL at LIMIT_S + 60 leaves any still
+# writing its checkpoint; give them up to a minute more before reading their folders
+for _ in $(seq 60); do
+    pgrep -f -- "--run-dir $root/" >/dev/null 2>&1 || break
+    sleep 1
+done
+# tar's exit 1 (a file changed while read) is not a reason to return nothing
+tar czf "$out/runs.tgz" --exclude=checkpoints --exclude=tb --exclude='.*lock' "$root" \
+    || [ $? -eq 1 ]
 # the latest checkpoint of each stopped run (its eval.csv short of STEPS), while they fit
 list=/tmp/device_grid_ckpts
 : > "$list"
 total=0
+shopt -s nullglob
 for run in "$root"/*/*/s*/; do
     run=${run%/}
-    last=$(tail -n 1 "$run/eval.csv" 2>/dev/null | cut -d, -f1)
+    last=$(tail -n 1 "$run/eval.csv" 2>/dev/null | cut -d, -f1) || last=""
     [[ "$last" =~ ^[0-9]+$ ]] && [ "$last" -ge "$steps" ] && continue
     [ -f "$run/checkpoints/latest" ] || continue
-    ckpt="$run/checkpoints/$(cat "$run/checkpoints/latest")"
-    [ -d "$ckpt" ] || continue
+    name=$(cat "$run/checkpoints/latest")
+    [ -n "$name" ] && [ -d "$run/checkpoints/$name" ] || continue
+    ckpt="$run/checkpoints/$name"
     mib=$(du -sm "$ckpt" | cut -f1)
     if [ $((total + mib)) -gt "$ckpt_mib" ]; then
         echo "device_grid: $run's checkpoint ($mib MiB) does not fit; it stays behind" >&2
@@ -73,7 +83,7 @@ for run in "$root"/*/*/s*/; do
     printf '%s\n%s\n' "$run/checkpoints/latest" "$ckpt" >> "$list"
 done
 if [ -s "$list" ]; then
-    tar czf /tmp/device_grid_ckpt.tgz -T "$list"
+    tar czf /tmp/device_grid_ckpt.tgz -T "$list" || [ $? -eq 1 ]
     split -b 15M -d /tmp/device_grid_ckpt.tgz "$out/ckpt.tgz.part-"
 fi
 ls -la "$out"

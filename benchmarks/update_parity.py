@@ -4,12 +4,12 @@
         [--out-dir DIR]
 
 Run in the bench venv (``make bench-venv``: SB3 and torch) with this checkout on the path (the
-script puts it there). Both agents start from SB3's initial weights (copied into ours), see
-the same replay batches (random HalfCheetah-v5-shaped transitions, a quarter of them terminal)
-and run ``--updates`` updates, in float64 and in float32; after each, the CSV records both
-critic losses and, per parameter group (actor, critics, their targets; SAC: and log alpha), the
-largest absolute difference and the share of coordinates off by more than 1e-5. Everything
-runs as ``--preset sb3``, and SB3's defaults configure SB3 (benchmarks/peers.py).
+script puts it there). Both agents start from SB3's initial weights (``td3-sbx``: SBX's), copied
+into ours, see the same replay batches (random HalfCheetah-v5-shaped transitions, a quarter of
+them terminal) and run ``--updates`` updates, in float64 and in float32; after each, the CSV
+records both critic losses and, per parameter group (actor, critics, their targets; SAC: and log
+alpha), the largest absolute difference and the share of coordinates off by more than 1e-5.
+Everything runs as ``--preset sb3``, and SB3's defaults configure SB3 (benchmarks/peers.py).
 
 Randomness inside the update: TD3's target policy smoothing noise is drawn from each library's
 own generator, so it is set to zero here (its formula, Eq. 14, is unit-tested in
@@ -25,13 +25,13 @@ float32 runs part through rounding at the ReLUs' kinks (results/update_parity_td
 update_parity_sac.md).
 
 ``--algo td3-sbx``: our TD3 with SBX's two update choices (``--td3.target-every-update
---td3.actor-min-q``; the third, SBX's initial law, does not reach an update from copied
-weights) against SBX 0.28's TD3, both from SBX's initial weights. SBX halves its critic loss
-(0.5 x the twins' summed mean squared errors); under Adam that is our update with the critic
-optimiser's epsilon doubled (0.5 g / (0.5 |g| + eps) = g / (|g| + 2 eps)), which this script
-gives ours (``critic_eps``; ``--sbx-eps-as-is`` keeps ours at 1e-8 to show what the halving
-alone moves). SBX's discount is cast to float32 in its ``train``; the batches hand it the
-discount in the run's dtype instead.
+--td3.actor-min-q``; the third, SBX's initial law, does not reach an update from copied weights)
+against SBX 0.28's TD3, both from SBX's initial weights. SBX halves its critic loss (0.5 x the
+twins' summed mean squared errors); under Adam that is our update with the critic optimiser's
+epsilon doubled (Adam's step m^/(sqrt(v^) + eps) takes the moments of 0.5 g as those of g with
+eps doubled), which this script gives ours (``critic_eps``; ``--sbx-eps-as-is`` keeps ours at
+1e-8 to show what the halving alone moves). SBX's discount is cast to float32 in its ``train``;
+the batches hand it the discount in the run's dtype instead.
 
 This is the check behind issue 33's ablation: if the updates agree, a difference in learning
 lies in the loop (exploration, warm-up, replay sampling, evaluation), not in the update.

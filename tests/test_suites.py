@@ -4,6 +4,7 @@ every algorithm, resumption after a kill, and Ray dispatch surviving a lost node
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -228,7 +229,7 @@ def test_start_lines_are_the_runners_stamps_alone(tmp_path):
     log.write_text("\n".join([first, "[20000] return 301.2 +- 4.0  (95s)",
                               "td3 Hopper-v5 s0 step 30000 eval 12.0", again, ""]))
     assert runner.start_lines(log) == [first, again]
-    assert first.startswith(f"[{time.strftime('%Y-%m-%d')} ")
+    assert re.match(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] python ", first), first
     assert runner.start_lines(tmp_path / "missing.log") == []
 
 

@@ -1,0 +1,139 @@
+"""Count the runs of a ``td3-init-trap`` suite that the Hopper trap caught.
+
+    offpolicy suite run benchmarks/suites/td3-init-trap.yaml --out DIR --jobs 2
+    python benchmarks/init_trap.py --out DIR [--results benchmarks/results]
+
+The trap (issue 33's Hopper-v5 runs, learning_td3-sbx-ablation_Hopper-v5.md): from the first
+evaluation on, the actor outputs +1 on every joint, the hopper falls after about 22 steps and
+every evaluation scores 37.6. Other corners of the action box catch runs too (e.g. (-1, +1,
++1): the hopper falls after 7 steps). For each run under ``DIR/<env>/<entry>/s<seed>`` this
+script reads the last evaluation (eval.csv) and loads the run's latest checkpoint
+(``offpolicy.load``) to play one deterministic episode (env seed 0), recording its length and
+the mean action per joint. A run counts as caught in a corner when the episode ends within 50
+steps and every joint's mean action is at least 0.95 in size (the actor's own behaviour, not
+only its score), and in the +1 trap when besides every joint's mean is +0.95 or more. Per
+entry it prints both counts, and for each pair of entries Fisher's exact test (two-sided) of
+the corner counts. With ``--results`` it writes ``init_trap.csv`` there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def last_eval(run_dir: Path) -> tuple[int, float, float]:
+    """(step, mean return, its standard error) of the run's last evaluation."""
+    with open(run_dir / "eval.csv") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise SystemExit(f"{run_dir}: eval.csv has no evaluation yet")
+    r = rows[-1]
+    return int(r["step"]), float(r["return_mean"]), float(r["return_se"])
+
+
+def one_episode(run_dir: Path, env_id: str, max_steps: int = 1000) -> dict:
+    """Length and mean action (per joint) of one deterministic episode of the run's latest
+    actor on ``env_id`` (reset with seed 0)."""
+    import offpolicy
+    from offpolicy.envs.make import make_env
+
+    agent = offpolicy.load(run_dir)
+    env = make_env(env_id, 0)
+    obs, _ = env.reset(seed=0)
+    actions = []
+    try:
+        for _ in range(max_steps):
+            a = np.asarray(agent.act(obs), np.float64)
+            actions.append(a)
+            obs, _, terminated, truncated, _ = env.step(a)
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+        agent.close()
+    acts = np.stack(actions)
+    return {"length": len(acts), "mean_action": acts.mean(axis=0)}
+
+
+def fisher_two_sided(a: int, b: int, c: int, d: int) -> float:
+    """Fisher's exact test of the 2x2 table [[a, b], [c, d]], two-sided (the tables with the
+    same margins no more probable than the one seen)."""
+    n1, n2, k = a + b, c + d, a + c
+    total = math.comb(n1 + n2, k)
+
+    def p(x: int) -> float:
+        return math.comb(n1, x) * math.comb(n2, k - x) / total
+
+    seen = p(a)
+    lo, hi = max(0, k - n2), min(k, n1)
+    return min(1.0, sum(p(x) for x in range(lo, hi + 1) if p(x) <= seen * (1 + 1e-9)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="the suite's --out folder")
+    ap.add_argument("--results", type=Path, default=None, help="write init_trap.csv here")
+    a = ap.parse_args()
+    runs = sorted(p for p in a.out.glob("*/*/s*") if p.is_dir() and (p / "eval.csv").exists())
+    if not runs:
+        raise SystemExit(f"no runs under {a.out} (expected <env>/<entry>/s<seed>/eval.csv)")
+    rows = []
+    for run in runs:
+        env_id, entry, seed = run.parent.parent.name, run.parent.name, int(run.name[1:])
+        step, ret, se = last_eval(run)
+        if not (run / "checkpoints" / "latest").exists():
+            print(f"{env_id} {entry} s{seed}: no checkpoint to play (a run restored from a "
+                  f"CSV?); left out", file=sys.stderr)
+            continue
+        ep = one_episode(run, env_id)
+        m = ep["mean_action"]
+        corner = ep["length"] <= 50 and bool(np.all(np.abs(m) >= 0.95))
+        plus_one = corner and bool(np.all(m >= 0.95))
+        rows.append({"env": env_id, "entry": entry, "seed": seed, "step": step,
+                     "return_mean": round(ret, 2), "return_se": round(se, 2),
+                     "episode_length": ep["length"],
+                     "mean_action": " ".join(f"{x:+.2f}" for x in m),
+                     "corner": int(corner), "plus_one_trap": int(plus_one)})
+        mark = "  +1 TRAP" if plus_one else "  CORNER" if corner else ""
+        print(f"{env_id} {entry} s{seed}: step {step} return {ret:.1f} +- {se:.1f}; "
+              f"episode {ep['length']} steps, mean action {rows[-1]['mean_action']}{mark}")
+    if not rows:
+        raise SystemExit("no run with a checkpoint to play")
+    counts: dict[str, list[int]] = {}
+    for r in rows:
+        c = counts.setdefault(r["entry"], [0, 0])
+        c[0] += r["corner"]
+        c[1] += 1
+    print()
+    for e, (t, n) in counts.items():
+        mine = [r for r in rows if r["entry"] == e]
+        corner = [r["seed"] for r in mine if r["corner"]]
+        plus = [r["seed"] for r in mine if r["plus_one_trap"]]
+        print(f"{e}: {t} of {n} caught in a corner (seeds {corner}); in the +1 trap "
+              f"{len(plus)} (seeds {plus})")
+    names = list(counts)
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            (tx, nx), (ty, ny) = counts[x], counts[y]
+            print(f"{x} against {y}: Fisher's exact test p = "
+                  f"{fisher_two_sided(tx, nx - tx, ty, ny - ty):.3f}")
+    if a.results is not None:
+        a.results.mkdir(parents=True, exist_ok=True)
+        with open(a.results / "init_trap.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

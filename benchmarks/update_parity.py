@@ -218,10 +218,41 @@ def cast(tree, np_dtype: type):
         else x, tree)
 
 
+TD3_GROUPS = (("actor", "params", "actor"), ("critics", "params", "critic"),
+              ("actor_target", "target", "actor"), ("critic_targets", "target", "critic"))
+
+
+def td3_rows(model, state: dict, update, theirs, dtype: str, np_dtype: type, updates: int,
+             seed: int, sample_of, loss_name: str, loss_scale: float) -> list[dict]:
+    """Run ``updates`` TD3 updates on both sides, the peer ``model`` (SB3 or SBX, its replay
+    sampling replaced by ``sample_of(batch)``) and ours (``update`` from ``state``), and return
+    a row of differences per update; ``theirs(state)`` is the peer's parameters as our trees,
+    and the peer's critic loss is recorded times ``loss_scale`` as ``loss_name``."""
+    import jax
+    import jax.numpy as jnp
+
+    rows = []
+    a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
+    for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
+        b = {k: v.astype(np_dtype) for k, v in b.items()}
+        sample = sample_of(b)
+        model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
+        model.train(gradient_steps=1, batch_size=BATCH)
+        peer_loss = loss_scale * float(model.logger.name_to_value["train/critic_loss"])
+        state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()},
+                                   jax.random.PRNGKey(i))
+        t = theirs(state)
+        row = {"dtype": dtype, "update": i, "critic_loss_ours": float(metrics["critic_loss"]),
+               loss_name: peer_loss, "actor_moved": diff(state["params"]["actor"], a0)[0]}
+        for name, part, net in TD3_GROUPS:
+            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part][net], t[part][net])
+        rows.append(row)
+    return rows
+
+
 def compare_td3(dtype: str, updates: int, seed: int) -> list[dict]:
     """Rows of per-update differences between our TD3 and SB3's computing in ``dtype``."""
     import jax
-    import jax.numpy as jnp
 
     model = sb3_model(seed)
     np_dtype = precision(dtype, (model.actor, model.actor_target, model.critic,
@@ -240,26 +271,8 @@ def compare_td3(dtype: str, updates: int, seed: int) -> list[dict]:
                 "target": torch_to_ours(model.actor_target.mu, model.critic_target.q_networks,
                                         params)}
 
-    groups = (("actor", "params", "actor"), ("critics", "params", "critic"),
-              ("actor_target", "target", "actor"), ("critic_targets", "target", "critic"))
-    rows = []
-    a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
-    for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
-        b = {k: v.astype(np_dtype) for k, v in b.items()}
-        sample = sb3_samples(b)
-        model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
-        model.train(gradient_steps=1, batch_size=BATCH)
-        sb3_loss = float(model.logger.name_to_value["train/critic_loss"])
-        state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()},
-                                   jax.random.PRNGKey(i))
-        t = theirs()
-        row = {"dtype": dtype, "update": i, "critic_loss_ours": float(metrics["critic_loss"]),
-               "critic_loss_sb3": sb3_loss,
-               "actor_moved": diff(state["params"]["actor"], a0)[0]}
-        for name, part, net in groups:
-            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part][net], t[part][net])
-        rows.append(row)
-    return rows
+    return td3_rows(model, state, update, lambda st: theirs(), dtype, np_dtype, updates, seed,
+                    sb3_samples, "critic_loss_sb3", 1.0)
 
 
 def sb3_samples(b: dict):
@@ -379,7 +392,6 @@ def compare_td3_sbx(dtype: str, updates: int, seed: int, critic_eps: float = 2e-
     TD3, computing in ``dtype``; ours takes Adam epsilon ``critic_eps`` for its critic (module
     docstring: SBX's halved critic loss)."""
     import jax
-    import jax.numpy as jnp
     import optax
     import torch
 
@@ -411,28 +423,14 @@ def compare_td3_sbx(dtype: str, updates: int, seed: int, critic_eps: float = 2e-
                   "actor_opt": agent.actor_opt.init(params["actor"]),
                   "critic_opt": agent.critic_opt.init(params["critic"])}, np_dtype)
     update = jax.jit(agent.update)
-    groups = (("actor", "params", "actor"), ("critics", "params", "critic"),
-              ("actor_target", "target", "actor"), ("critic_targets", "target", "critic"))
-    rows = []
-    a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
-    for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
-        b = {k: v.astype(np_dtype) for k, v in b.items()}
-        sample = sb3_samples(b)._replace(
-            discounts=torch.full((BATCH, 1), model.gamma, dtype=torch.float64
-                                 if dtype == "float64" else torch.float32))
-        model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
-        model.train(gradient_steps=1, batch_size=BATCH)
-        sbx_loss = float(model.logger.name_to_value["train/critic_loss"])
-        state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()},
-                                   jax.random.PRNGKey(i))
-        t = theirs()
-        row = {"dtype": dtype, "update": i, "critic_loss_ours": float(metrics["critic_loss"]),
-               "critic_loss_sbx_x2": 2.0 * sbx_loss,
-               "actor_moved": diff(state["params"]["actor"], a0)[0]}
-        for name, part, net in groups:
-            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part][net], t[part][net])
-        rows.append(row)
-    return rows
+    discount = torch.float64 if dtype == "float64" else torch.float32
+
+    def sample_of(b: dict):  # SBX casts its own discount to float32: hand it the run's dtype
+        return sb3_samples(b)._replace(
+            discounts=torch.full((BATCH, 1), model.gamma, dtype=discount))
+
+    return td3_rows(model, state, update, lambda st: theirs(), dtype, np_dtype, updates, seed,
+                    sample_of, "critic_loss_sbx_x2", 2.0)
 
 
 COMPARE = {"td3": compare_td3, "sac": compare_sac, "td3-sbx": compare_td3_sbx}

@@ -226,7 +226,7 @@ def td3_rows(model, state: dict, update, theirs, dtype: str, np_dtype: type, upd
              seed: int, sample_of, loss_name: str, loss_scale: float) -> list[dict]:
     """Run ``updates`` TD3 updates on both sides, the peer ``model`` (SB3 or SBX, its replay
     sampling replaced by ``sample_of(batch)``) and ours (``update`` from ``state``), and return
-    a row of differences per update; ``theirs(state)`` is the peer's parameters as our trees,
+    a row of differences per update; ``theirs()`` is the peer's parameters as our trees,
     and the peer's critic loss is recorded times ``loss_scale`` as ``loss_name``."""
     import jax
     import jax.numpy as jnp
@@ -241,7 +241,7 @@ def td3_rows(model, state: dict, update, theirs, dtype: str, np_dtype: type, upd
         peer_loss = loss_scale * float(model.logger.name_to_value["train/critic_loss"])
         state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()},
                                    jax.random.PRNGKey(i))
-        t = theirs(state)
+        t = theirs()
         row = {"dtype": dtype, "update": i, "critic_loss_ours": float(metrics["critic_loss"]),
                loss_name: peer_loss, "actor_moved": diff(state["params"]["actor"], a0)[0]}
         for name, part, net in TD3_GROUPS:
@@ -271,7 +271,7 @@ def compare_td3(dtype: str, updates: int, seed: int) -> list[dict]:
                 "target": torch_to_ours(model.actor_target.mu, model.critic_target.q_networks,
                                         params)}
 
-    return td3_rows(model, state, update, lambda st: theirs(), dtype, np_dtype, updates, seed,
+    return td3_rows(model, state, update, theirs, dtype, np_dtype, updates, seed,
                     sb3_samples, "critic_loss_sb3", 1.0)
 
 
@@ -429,7 +429,7 @@ def compare_td3_sbx(dtype: str, updates: int, seed: int, critic_eps: float = 2e-
         return sb3_samples(b)._replace(
             discounts=torch.full((BATCH, 1), model.gamma, dtype=discount))
 
-    return td3_rows(model, state, update, lambda st: theirs(), dtype, np_dtype, updates, seed,
+    return td3_rows(model, state, update, theirs, dtype, np_dtype, updates, seed,
                     sample_of, "critic_loss_sbx_x2", 2.0)
 
 

@@ -13,7 +13,9 @@ the mean action per joint. A run counts as caught in a corner when the episode e
 steps and every joint's mean action is at least 0.95 in size (the actor's own behaviour, not
 only its score), and in the +1 trap when besides every joint's mean is +0.95 or more. Per
 entry it prints both counts, and for each pair of entries Fisher's exact test (two-sided) of
-the corner counts. With ``--results`` it writes ``init_trap.csv`` there.
+the corner counts (an entry on two envs is two samples). A run whose last evaluation is
+short of its own budget (``train.steps`` in its config.yaml), or that has none yet, is left
+out with a note on stderr. With ``--results`` it writes ``init_trap.csv`` there.
 """
 
 from __future__ import annotations
@@ -30,14 +32,26 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 
-def last_eval(run_dir: Path) -> tuple[int, float, float]:
-    """(step, mean return, its standard error) of the run's last evaluation."""
-    with open(run_dir / "eval.csv") as f:
-        rows = list(csv.DictReader(f))
+def last_eval(run_dir: Path) -> tuple[int, float, float] | None:
+    """(step, mean return, its standard error) of the run's last evaluation, None before the
+    first (eval.csv read by the package's one reader, ``plotting.read_eval_csv``)."""
+    from offpolicy.plotting import read_eval_csv
+
+    rows = read_eval_csv(run_dir / "eval.csv", quiet=True)
     if not rows:
-        raise SystemExit(f"{run_dir}: eval.csv has no evaluation yet")
+        return None
     r = rows[-1]
     return int(r["step"]), float(r["return_mean"]), float(r["return_se"])
+
+
+def budget(run_dir: Path) -> int | None:
+    """The run's own step budget (``train.steps`` in its config.yaml), None if unreadable."""
+    import yaml
+
+    try:
+        return int(yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["steps"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return None
 
 
 def one_episode(run_dir: Path, env_id: str, max_steps: int = 1000) -> dict:
@@ -83,13 +97,22 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="the suite's --out folder")
     ap.add_argument("--results", type=Path, default=None, help="write init_trap.csv here")
     a = ap.parse_args()
-    runs = sorted(p for p in a.out.glob("*/*/s*") if p.is_dir() and (p / "eval.csv").exists())
+    runs = sorted((p for p in a.out.glob("*/*/s*")
+                   if p.is_dir() and (p / "eval.csv").exists() and p.name[1:].isdigit()),
+                  key=lambda p: (p.parent.parent.name, p.parent.name, int(p.name[1:])))
     if not runs:
         raise SystemExit(f"no runs under {a.out} (expected <env>/<entry>/s<seed>/eval.csv)")
     rows = []
     for run in runs:
         env_id, entry, seed = run.parent.parent.name, run.parent.name, int(run.name[1:])
-        step, ret, se = last_eval(run)
+        last = last_eval(run)
+        steps = budget(run)
+        if last is None or steps is None or last[0] < steps:
+            got = "no evaluation yet" if last is None else f"evaluated up to step {last[0]}"
+            print(f"{env_id} {entry} s{seed}: unfinished ({got} of "
+                  f"{steps if steps is not None else '?'}); left out", file=sys.stderr)
+            continue
+        step, ret, se = last
         if not (run / "checkpoints" / "latest").exists():
             print(f"{env_id} {entry} s{seed}: no checkpoint to play (a run restored from a "
                   f"CSV?); left out", file=sys.stderr)
@@ -108,23 +131,29 @@ def main() -> int:
               f"episode {ep['length']} steps, mean action {rows[-1]['mean_action']}{mark}")
     if not rows:
         raise SystemExit("no run with a checkpoint to play")
-    counts: dict[str, list[int]] = {}
+    # counted per (env, entry): the same entry on two envs is two samples
+    counts: dict[tuple[str, str], list[int]] = {}
     for r in rows:
-        c = counts.setdefault(r["entry"], [0, 0])
+        c = counts.setdefault((r["env"], r["entry"]), [0, 0])
         c[0] += r["corner"]
         c[1] += 1
+    several_envs = len({env for env, _ in counts}) > 1
+
+    def name(key: tuple[str, str]) -> str:
+        return f"{key[1]} on {key[0]}" if several_envs else key[1]
+
     print()
-    for e, (t, n) in counts.items():
-        mine = [r for r in rows if r["entry"] == e]
+    for key, (t, n) in counts.items():
+        mine = [r for r in rows if (r["env"], r["entry"]) == key]
         corner = [r["seed"] for r in mine if r["corner"]]
         plus = [r["seed"] for r in mine if r["plus_one_trap"]]
-        print(f"{e}: {t} of {n} caught in a corner (seeds {corner}); in the +1 trap "
+        print(f"{name(key)}: {t} of {n} caught in a corner (seeds {corner}); in the +1 trap "
               f"{len(plus)} (seeds {plus})")
-    names = list(counts)
-    for i, x in enumerate(names):
-        for y in names[i + 1:]:
+    keys = list(counts)
+    for i, x in enumerate(keys):
+        for y in keys[i + 1:]:
             (tx, nx), (ty, ny) = counts[x], counts[y]
-            print(f"{x} against {y}: Fisher's exact test p = "
+            print(f"{name(x)} against {name(y)}: Fisher's exact test p = "
                   f"{fisher_two_sided(tx, nx - tx, ty, ny - ty):.3f}")
     if a.results is not None:
         a.results.mkdir(parents=True, exist_ok=True)

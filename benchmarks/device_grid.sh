@@ -65,14 +65,24 @@ tar czf "$out/runs.tgz" --exclude=checkpoints --exclude=tb --exclude='.*lock' "$
 list=/tmp/device_grid_ckpts
 : > "$list"
 total=0
-shopt -s nullglob
-for run in "$root"/*/*/s*/; do
-    run=${run%/}
-    last=$(tail -n 1 "$run/eval.csv" 2>/dev/null | cut -d, -f1) || last=""
-    [[ "$last" =~ ^[0-9]+$ ]] && [ "$last" -ge "$steps" ] && continue
-    [ -f "$run/checkpoints/latest" ] || continue
-    name=$(cat "$run/checkpoints/latest")
-    [ -n "$name" ] && [ -d "$run/checkpoints/$name" ] || continue
+# runs the limit stopped and the latest checkpoint of each, by the package's own rules
+# (runner.finished, checkpoint.pointer_target): "RUN<TAB>CHECKPOINT NAME" per line
+"$python" - "$root" "$steps" > /tmp/device_grid_stopped <<'PY' || echo "device_grid: could not list the stopped runs" >&2
+import sys
+from pathlib import Path
+
+from offpolicy.suites.runner import finished
+from offpolicy.training.checkpoint import pointer_target
+
+root, steps = Path(sys.argv[1]), int(sys.argv[2])
+for run in sorted(p for p in root.glob("*/*/s*") if p.is_dir()):
+    if (run / "eval.csv").exists() and finished(run, steps):
+        continue
+    name = pointer_target(run / "checkpoints", "latest")
+    if name and (run / "checkpoints" / name).is_dir():
+        print(f"{run}\t{name}")
+PY
+while IFS=$'\t' read -r run name; do
     ckpt="$run/checkpoints/$name"
     mib=$(du -sm "$ckpt" | cut -f1)
     if [ $((total + mib)) -gt "$ckpt_mib" ]; then
@@ -81,7 +91,7 @@ for run in "$root"/*/*/s*/; do
     fi
     total=$((total + mib))
     printf '%s\n%s\n' "$run/checkpoints/latest" "$ckpt" >> "$list"
-done
+done < /tmp/device_grid_stopped
 if [ -s "$list" ]; then
     tar czf /tmp/device_grid_ckpt.tgz -T "$list" || [ $? -eq 1 ]
     split -b 15M -d /tmp/device_grid_ckpt.tgz "$out/ckpt.tgz.part-"

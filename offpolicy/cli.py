@@ -388,8 +388,10 @@ def cmd_suite(argv: list[str]) -> int:
             envs = ", ".join(e.env for e in s.envs)
             print(f"{name:<15}" + textwrap.fill(s.description, 85,
                                                 subsequent_indent=" " * 15))
-            details = (f"{s.num_runs()} runs, {s.env_steps():,} env steps ({len(s.seeds)} "
-                       f"seeds) on {envs}".replace(",", " ").replace("  ", ", ")
+            n_seeds = len(s.seeds)
+            details = (f"{s.num_runs()} runs, {s.env_steps():,} env steps ({n_seeds} "
+                       f"seed{'' if n_seeds == 1 else 's'}) on {envs}"
+                       .replace(",", " ").replace("  ", ", ")
                        + (f". {s.cost}" if s.cost else ""))
             print(textwrap.indent(textwrap.fill(details, 85), " " * 15))
         return 0

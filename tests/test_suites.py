@@ -157,6 +157,17 @@ def test_selection_and_the_paper_budget(tmp_path):
     assert cmd.index("--batch-size") < cmd.index("--replay")
 
 
+def test_suite_list_names_every_shipped_suite_with_its_size(capsys):
+    assert cli.main(["suite", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in spec.available():
+        assert re.search(rf"^{re.escape(name)} ", out, re.M), name
+    # the smoke suite has one seed: the count agrees in number
+    smoke = out[out.index("\nsmoke "):].split("\n", 3)[2]
+    assert "(1 seed) on Pendulum-v1, CartPole-v1" in smoke, smoke
+    assert "(1 seeds)" not in out
+
+
 # ---------------------------------------------------------------------- smoke: every algorithm
 def test_smoke_suite_runs_every_algorithm_and_a_rerun_does_no_work(tmp_path):
     """Acceptance 1 and 2 (first half): ``offpolicy suite run smoke`` exercises every

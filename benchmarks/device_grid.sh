@@ -61,13 +61,13 @@ done
 # tar's exit 1 (a file changed while read) is not a reason to return nothing
 tar czf "$out/runs.tgz" --exclude=checkpoints --exclude=tb --exclude='.*lock' "$root" \
     || [ $? -eq 1 ]
-# the latest checkpoint of each stopped run (its eval.csv short of STEPS), while they fit
+# the latest checkpoint of each run the limit stopped (its eval.csv short of STEPS), while
+# they fit; the runs are found by the package's own rules (runner.finished,
+# checkpoint.pointer_target), one "RUN<TAB>CHECKPOINT NAME" line each
 list=/tmp/device_grid_ckpts
 : > "$list"
 total=0
-# runs the limit stopped and the latest checkpoint of each, by the package's own rules
-# (runner.finished, checkpoint.pointer_target): "RUN<TAB>CHECKPOINT NAME" per line
-"$python" - "$root" "$steps" > /tmp/device_grid_stopped <<'PY' || echo "device_grid: could not list the stopped runs" >&2
+if ! "$python" - "$root" "$steps" > /tmp/device_grid_stopped <<'PY'; then
 import sys
 from pathlib import Path
 
@@ -76,15 +76,20 @@ from offpolicy.training.checkpoint import pointer_target
 
 root, steps = Path(sys.argv[1]), int(sys.argv[2])
 for run in sorted(p for p in root.glob("*/*/s*") if p.is_dir()):
-    if (run / "eval.csv").exists() and finished(run, steps):
-        continue
+    try:
+        if (run / "eval.csv").exists() and finished(run, steps):
+            continue
+    except Exception as e:  # an unreadable eval.csv: more likely stopped than finished
+        print(f"device_grid: {run}: {e}", file=sys.stderr)
     name = pointer_target(run / "checkpoints", "latest")
     if name and (run / "checkpoints" / name).is_dir():
         print(f"{run}\t{name}")
 PY
+    echo "device_grid: could not list the stopped runs" >&2
+fi
 while IFS=$'\t' read -r run name; do
     ckpt="$run/checkpoints/$name"
-    mib=$(du -sm "$ckpt" | cut -f1)
+    mib=$(du -sm "$ckpt" 2>/dev/null | cut -f1) || continue  # gone since it was listed
     if [ $((total + mib)) -gt "$ckpt_mib" ]; then
         echo "device_grid: $run's checkpoint ($mib MiB) does not fit; it stays behind" >&2
         continue

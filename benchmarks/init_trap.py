@@ -97,26 +97,25 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="the suite's --out folder")
     ap.add_argument("--results", type=Path, default=None, help="write init_trap.csv here")
     a = ap.parse_args()
-    runs = sorted((p for p in a.out.glob("*/*/s*")
-                   if p.is_dir() and (p / "eval.csv").exists() and p.name[1:].isdigit()),
+    runs = sorted((p for p in a.out.glob("*/*/s*") if p.is_dir() and p.name[1:].isdigit()),
                   key=lambda p: (p.parent.parent.name, p.parent.name, int(p.name[1:])))
     if not runs:
-        raise SystemExit(f"no runs under {a.out} (expected <env>/<entry>/s<seed>/eval.csv)")
+        raise SystemExit(f"no runs under {a.out} (expected <env>/<entry>/s<seed>/)")
     rows = []
     for run in runs:
         env_id, entry, seed = run.parent.parent.name, run.parent.name, int(run.name[1:])
-        last = last_eval(run)
-        steps = budget(run)
-        if last is None or steps is None or last[0] < steps:
-            got = "no evaluation yet" if last is None else f"evaluated up to step {last[0]}"
-            print(f"{env_id} {entry} s{seed}: unfinished ({got} of "
-                  f"{steps if steps is not None else '?'}); left out", file=sys.stderr)
+        last, steps = last_eval(run), budget(run)
+        why = None
+        if last is None:
+            why = "unfinished (no evaluation yet)"
+        elif steps is not None and last[0] < steps:
+            why = f"unfinished (evaluated up to step {last[0]} of {steps})"
+        elif not (run / "checkpoints" / "latest").is_file():
+            why = "no checkpoint to play (a run restored from a CSV?)"
+        if why is not None:
+            print(f"{env_id} {entry} s{seed}: {why}; left out", file=sys.stderr)
             continue
         step, ret, se = last
-        if not (run / "checkpoints" / "latest").exists():
-            print(f"{env_id} {entry} s{seed}: no checkpoint to play (a run restored from a "
-                  f"CSV?); left out", file=sys.stderr)
-            continue
         ep = one_episode(run, env_id)
         m = ep["mean_action"]
         corner = ep["length"] <= 50 and bool(np.all(np.abs(m) >= 0.95))

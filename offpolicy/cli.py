@@ -386,14 +386,14 @@ def cmd_suite(argv: list[str]) -> int:
         for name, path in spec.available().items():
             s = spec.load(path)
             envs = ", ".join(e.env for e in s.envs)
-            print(f"{name:<15}" + textwrap.fill(s.description, 85,
-                                                subsequent_indent=" " * 15))
+            print(f"{name:<15}" + textwrap.fill(s.description, 85, subsequent_indent=" " * 15,
+                                                break_on_hyphens=False))
             n_seeds = len(s.seeds)
             details = (f"{s.num_runs()} runs, {s.env_steps():,} env steps ({n_seeds} "
                        f"seed{'' if n_seeds == 1 else 's'}) on {envs}"
                        .replace(",", " ").replace("  ", ", ")
                        + (f". {s.cost}" if s.cost else ""))
-            print(textwrap.indent(textwrap.fill(details, 85), " " * 15))
+            print(textwrap.indent(textwrap.fill(details, 85, break_on_hyphens=False), " " * 15))
         return 0
     if what not in ("run", "report"):
         hint = did_you_mean(what, ["list", "run", "report"], n=1)

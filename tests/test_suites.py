@@ -158,14 +158,20 @@ def test_selection_and_the_paper_budget(tmp_path):
 
 
 def test_suite_list_names_every_shipped_suite_with_its_size(capsys):
+    shipped = sorted(p.stem for p in Path(spec.__file__).parent.glob("*.yaml"))
+    assert len(shipped) >= 10 and sorted(spec.available()) == shipped
     assert cli.main(["suite", "list"]) == 0
     out = capsys.readouterr().out
-    for name in spec.available():
-        assert re.search(rf"^{re.escape(name)} ", out, re.M), name
-    # the smoke suite has one seed: the count agrees in number
-    smoke = out[out.index("\nsmoke "):].split("\n", 3)[2]
-    assert "(1 seed) on Pendulum-v1, CartPole-v1" in smoke, smoke
-    assert "(1 seeds)" not in out
+    for name in shipped:
+        block = re.search(rf"^{re.escape(name)} .*?(?=^\S|\Z)", out, re.M | re.S)
+        assert block, name
+        text = " ".join(block.group(0).split())  # the wrapped lines as one
+        s = spec.load(spec.available()[name])
+        n = len(s.seeds)
+        assert f"{s.num_runs()} runs" in text, (name, text)
+        assert f"({n} seed{'' if n == 1 else 's'}) on {', '.join(e.env for e in s.envs)}" \
+            in text, (name, text)
+    assert "(1 seeds)" not in out and "-\n" not in out  # no word broken at a hyphen
 
 
 # ---------------------------------------------------------------------- smoke: every algorithm

@@ -77,7 +77,7 @@ from offpolicy.training.checkpoint import pointer_target
 root, steps = Path(sys.argv[1]), int(sys.argv[2])
 for run in sorted(p for p in root.glob("*/*/s*") if p.is_dir()):
     try:
-        if (run / "eval.csv").exists() and finished(run, steps):
+        if finished(run, steps):  # no eval.csv yet: not finished
             continue
     except Exception as e:  # an unreadable eval.csv: more likely stopped than finished
         print(f"device_grid: {run}: {e}", file=sys.stderr)

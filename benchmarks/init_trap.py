@@ -45,12 +45,15 @@ def last_eval(run_dir: Path) -> tuple[int, float, float] | None:
 
 
 def budget(run_dir: Path) -> int | None:
-    """The run's own step budget (``train.steps`` in its config.yaml), None if unreadable."""
-    import yaml
+    """The run's own step budget (``train.steps`` in its config.yaml, read by the package's
+    ``plotting.run_config``), None where there is none or it cannot be read."""
+    from offpolicy.errors import OffpolicyError
+    from offpolicy.plotting import run_config
 
     try:
-        return int(yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["steps"])
-    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        steps = run_config(run_dir).get("train.steps")
+        return None if steps is None else int(steps)
+    except (OffpolicyError, ValueError):
         return None
 
 

@@ -32,7 +32,8 @@ from offpolicy.training.run import Run
 ENVS = ("toy_envs:ToyTerminate-v0", "toy_envs:ToyTruncate-v0")  # 10-step episodes
 SMALL = {"vracer": {"hidden": (16,)}, "ddpg": {"hidden": (16, 16)},
          "aql": {"hidden": (16,), "proposal_hidden": (16,), "proposal_samples": 4,
-                 "uniform_samples": 4, "unroll_length": 5}}
+                 "uniform_samples": 4, "unroll_length": 5},
+         "td3": {"hidden": (16, 16)}, "sac": {"hidden": (16, 16)}}
 
 
 def _config(algo, start, env=ENVS[0], cells=6, kind="lstm", num_envs=2, window=4, **train):
@@ -126,6 +127,24 @@ def test_the_stored_state_is_the_state_before_the_observation(env):
     _assert_states_before_observations(agent, params, replay, episodes)
     firsts = [s[0] for s in episodes]
     np.testing.assert_array_equal(replay.extras[CORE_STATE][firsts], 0.0)  # from zero
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_an_actor_with_twin_critics_records_both_cores_states(algo):
+    """TD3 and SAC act with the actor and the critics' core (``Recurrence.actor_acting_params``):
+    the stored state of every step is both cores' state before its observation, and acting
+    outputs the actor's action from the actor's own parameters."""
+    parts = build(_config(algo, "stored", ENVS[0]))
+    _collect(parts, 30)
+    agent, replay, learner = parts.agent, parts.replay, parts.learner
+    acting = learner.acting_params()
+    assert set(acting) == {"actor", "critic_core"}
+    assert agent.rec.names == ("actor", "critic")
+    _assert_states_before_observations(agent, learner.state["params"], replay,
+                                       _episodes(replay))
+    zero = build(_config(algo, "zero", ENVS[0])).learner
+    assert (jax.tree.structure(zero.acting_params())
+            == jax.tree.structure(zero.state["params"]["actor"]))
 
 
 @pytest.mark.parametrize("start,env,window", [(start, env, 4) for start in ("zero", "stored")

@@ -127,6 +127,22 @@ class Recurrence:
             [self.configs[n].module(None).apply({"params": params_by_core[n]}, ctx, final=True)
              for n in self.names], axis=-1)
 
+    # An actor with critics whose cores share its input (TD3, SAC): acting runs the actor and,
+    # with a stored core state, records the critics' core state too.
+    def actor_acting_params(self, params: dict) -> Any:
+        """The actor's parameters, with a stored core state also the critics' core."""
+        return ({"actor": params["actor"], "critic_core": params["critic"]["core"]}
+                if self.stored else params["actor"])
+
+    def actor_of(self, acting: Any) -> Any:
+        """The actor's parameters in what ``actor_acting_params`` returned."""
+        return acting["actor"] if self.stored else acting
+
+    def actor_acting_info(self, acting: Any, ctx, info: dict) -> dict:
+        """``acting_info`` for ``actor_acting_params``' layout (actor and critic cores)."""
+        return self.acting_info(lambda: {"actor": acting["actor"]["core"],
+                                         "critic": acting["critic_core"]}, ctx, info)
+
     def acting_info(self, cores: Callable[[], dict[str, Any]], ctx, info: dict) -> dict:
         """A policy's info plus the state after the step (stored mode only); ``cores()``
         gives each core's parameters by name."""

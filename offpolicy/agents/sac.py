@@ -217,21 +217,17 @@ class SAC:
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> Any:
-        """The policy's parameters (with a stored core state, also the critics' core, whose
-        state acting records too)."""
-        p = state["params"]
-        return {"actor": p["actor"], "critic_core": p["critic"]["core"]} if self.rec.stored \
-            else p["actor"]
+        """The policy's parameters (with a stored core state, also the critics' core)."""
+        return self.rec.actor_acting_params(state["params"])
 
     def policy(self, params, obs: jax.Array, key: jax.Array, explore: bool):
         """Samples a = tanh(u) while exploring, else tanh(m(s)); records (m, s, u) for
         ReF-ER."""
-        actor = params["actor"] if self.rec.stored else params
+        actor = self.rec.actor_of(params)
         pi = self.stats(actor, obs)
         if explore:
             action, info = SQUASHED.sample(key, pi["mean"], pi["std"])
         else:
             action, info = SQUASHED.mode(pi), {**pi, "pre_tanh": pi["mean"]}
         info = info if self.replay.tracks_behaviour else {}
-        return action, self.rec.acting_info(
-            lambda: {"actor": actor["core"], "critic": params["critic_core"]}, obs, info)
+        return action, self.rec.actor_acting_info(params, obs, info)

@@ -166,15 +166,11 @@ class TD3:
 
     # ------------------------------------------------------------------ acting
     def acting_params(self, state: dict) -> Any:
-        """The actor's parameters (with a stored core state, also the critics' core, whose
-        state acting records too)."""
-        p = state["params"]
-        return {"actor": p["actor"], "critic_core": p["critic"]["core"]} if self.rec.stored \
-            else p["actor"]
+        """The actor's parameters (with a stored core state, also the critics' core)."""
+        return self.rec.actor_acting_params(state["params"])
 
     def policy(self, params, obs: jax.Array, key: jax.Array, explore: bool):
         """pi_phi(s); the exploration noise is added on the host."""
-        actor = params["actor"] if self.rec.stored else params
-        info = self.rec.acting_info(
-            lambda: {"actor": actor["core"], "critic": params["critic_core"]}, obs, {})
+        actor = self.rec.actor_of(params)
+        info = self.rec.actor_acting_info(params, obs, {})
         return self.pi(actor, obs), info

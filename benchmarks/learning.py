@@ -119,7 +119,8 @@ SUITES = {
     # issue 31 a): ReF-ER at the paper's budget (--steps 1000000 --env HalfCheetah-v5), every
     # memory at the paper's N = 2^18 (SUITE_FLAGS), so that ER and ReF-ER differ in the rules
     # only; about 1 core-hour per DDPG run and 1.5-2 per V-RACER run here
-    "refer-1m": ["ddpg-er", "ddpg-refer", "vracer", "vracer-er"],
+    "refer-1m": ["ddpg-er", "ddpg-refer", "vracer", "vracer-er", "ddpg-er-appa",
+                 "ddpg-refer-appa"],
     # issue 31 b): the ACE family with the current default (separate actor layers), against
     # DDPG's two presets (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "ace-separate": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "ddpg", "ddpg-fast"],
@@ -195,6 +196,13 @@ VARIANTS = {
     "ddpg-refer-mem50k": ("ddpg", ["--replay", "refer", "--buffer-size", "50000"]),
     "naf-refer": ("naf", ["--replay", "refer"]),
     "vracer-er": ("vracer", ["--replay", "er"]),
+    # the ReF-ER paper's own DDPG (App. A-B: learning rates 1e-5 / 1e-4, L2, batch 128, gamma
+    # 0.995, tau 0.01, 128-128 softsign, states and rewards scaled) with ReF-ER, and as its ER
+    # baseline with OU noise (refer.md decision 7): does ReF-ER's gain need the paper's slower
+    # learning rates? (issue 31 a's "find out why")
+    "ddpg-refer-appa": ("ddpg", ["--preset", "refer"]),
+    "ddpg-er-appa": ("ddpg", ["--preset", "refer", "--replay", "er", "--ddpg.noise", "ou",
+                              "--replay-diagnostics"]),
     "acer-r0": ("acer", ["--replay-ratio", "0"]),
     "acer-r1": ("acer", ["--replay-ratio", "1"]),
     "acer-r4": ("acer", ["--replay-ratio", "4"]),
@@ -251,7 +259,9 @@ SUITE_COMPARISONS = {
                          ("sbx-td3-sb3", "sbx-td3", "paired"), ("sbx-td3-sb3", "sb3-td3")],
     "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],
-    "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er")],
+    "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er"),
+                 ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
+                 ("ddpg-er-appa", "ddpg-er")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),

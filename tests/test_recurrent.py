@@ -132,8 +132,8 @@ def test_the_stored_state_is_the_state_before_the_observation(env):
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_an_actor_with_twin_critics_records_both_cores_states(algo):
     """TD3 and SAC act with the actor and the critics' core (``Recurrence.actor_acting_params``):
-    the stored state of every step is both cores' state before its observation, and acting
-    outputs the actor's action from the actor's own parameters."""
+    the stored state of every step is both cores' state before its observation. From a zero
+    state (nothing stored) acting gets the actor's parameters alone and still acts."""
     parts = build(_config(algo, "stored", ENVS[0]))
     _collect(parts, 30)
     agent, replay, learner = parts.agent, parts.replay, parts.learner
@@ -142,9 +142,11 @@ def test_an_actor_with_twin_critics_records_both_cores_states(algo):
     assert agent.rec.names == ("actor", "critic")
     _assert_states_before_observations(agent, learner.state["params"], replay,
                                        _episodes(replay))
-    zero = build(_config(algo, "zero", ENVS[0])).learner
-    assert (jax.tree.structure(zero.acting_params())
-            == jax.tree.structure(zero.state["params"]["actor"]))
+    zero = build(_config(algo, "zero", ENVS[0]))
+    assert (jax.tree.structure(zero.learner.acting_params())
+            == jax.tree.structure(zero.learner.state["params"]["actor"]))
+    _collect(zero, 12)  # acting without a stored state: the critics' core is not indexed
+    assert zero.replay.size > 0 and CORE_STATE not in zero.replay.extras
 
 
 @pytest.mark.parametrize("start,env,window", [(start, env, 4) for start in ("zero", "stored")

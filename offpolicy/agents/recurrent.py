@@ -2,7 +2,8 @@
 :class:`~offpolicy.networks.RecurrentCore` in front of its networks.
 
 One :class:`Recurrence` per agent knows its cores (one per network that reads observations:
-DDPG's actor and critic, NAF's and V-RACER's one network, AQL's shared embedding), where
+DDPG's, TD3's and SAC's actor and critic, NAF's and V-RACER's one network, AQL's shared
+embedding), where
 each one's state sits in the flat carry, and how the two ways of starting a window work
 (:class:`~offpolicy.agents.base.CoreSpec`):
 
@@ -127,10 +128,12 @@ class Recurrence:
             [self.configs[n].module(None).apply({"params": params_by_core[n]}, ctx, final=True)
              for n in self.names], axis=-1)
 
-    # An actor with critics whose cores share its input (TD3, SAC): acting runs the actor and,
-    # with a stored core state, records the critics' core state too.
+    # An actor and twin critics with one shared critic core (TD3, SAC; params["actor"] and
+    # params["critic"]["core"]): acting runs the actor and, with a stored core state, records
+    # the critics' core state too.
     def actor_acting_params(self, params: dict) -> Any:
-        """The actor's parameters, with a stored core state also the critics' core."""
+        """What acting needs: the actor's parameters, and with a stored core state also the
+        critics' core."""
         return ({"actor": params["actor"], "critic_core": params["critic"]["core"]}
                 if self.stored else params["actor"])
 

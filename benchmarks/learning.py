@@ -118,7 +118,8 @@ SUITES = {
     "refer-vracer": ["vracer"],
     # issue 31 a): ReF-ER at the paper's budget (--steps 1000000 --env HalfCheetah-v5), every
     # memory at the paper's N = 2^18 (SUITE_FLAGS), so that ER and ReF-ER differ in the rules
-    # only; about 1 core-hour per DDPG run and 1.5-2 per V-RACER run here
+    # only; on a 2-core Xeon running two at once (2026-11-28) a V-RACER run took about 60 min,
+    # the ReF-ER paper's DDPG (the *-appa entries) about 37
     "refer-1m": ["ddpg-er", "ddpg-refer", "vracer", "vracer-er", "ddpg-er-appa",
                  "ddpg-refer-appa"],
     # issue 31 b): the ACE family with the current default (separate actor layers), against

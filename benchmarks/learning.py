@@ -120,8 +120,10 @@ SUITES = {
     # memory at the paper's N = 2^18 (SUITE_FLAGS), so that ER and ReF-ER differ in the rules
     # only; on a 2-core Xeon running two at once (2026-11-28) a V-RACER run took about 60 min,
     # the ReF-ER paper's DDPG (the *-appa entries) about 37
+    # ddpg-refer-farpol forgets the most far-policy episode first (--refer-forget far-policy,
+    # the authors' smarties; refer.md decision 8)
     "refer-1m": ["ddpg-er", "ddpg-refer", "vracer", "vracer-er", "ddpg-er-appa",
-                 "ddpg-refer-appa"],
+                 "ddpg-refer-appa", "ddpg-refer-farpol"],
     # issue 31 b): the ACE family with the current default (separate actor layers), against
     # DDPG's two presets (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "ace-separate": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "ddpg", "ddpg-fast"],
@@ -202,6 +204,7 @@ VARIANTS = {
     # baseline with OU noise (refer.md decision 7): does ReF-ER's gain need the paper's slower
     # learning rates? (issue 31 a's "find out why")
     "ddpg-refer-appa": ("ddpg", ["--preset", "refer"]),
+    "ddpg-refer-farpol": ("ddpg", ["--replay", "refer", "--refer-forget", "far-policy"]),
     "ddpg-er-appa": ("ddpg", ["--preset", "refer", "--replay", "er", "--ddpg.noise", "ou",
                               "--replay-diagnostics"]),
     "acer-r0": ("acer", ["--replay-ratio", "0"]),
@@ -262,7 +265,8 @@ SUITE_COMPARISONS = {
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er"),
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
-                 ("ddpg-er-appa", "ddpg-er")],
+                 ("ddpg-er-appa", "ddpg-er"), ("ddpg-refer-farpol", "ddpg-refer", "paired"),
+                 ("ddpg-refer-farpol", "ddpg-er")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),

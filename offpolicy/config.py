@@ -121,6 +121,14 @@ class TrainConfig:
         "rate, 1e-4-1e-5, which needs 1e4-1e5 updates to move beta)", gt=0, le=1)
     refer_rho_max: float = _f(1e3, "importance weights are computed from the log-ratio "
                               "clipped to +-log(rho_max)", gt=1, le=RHO_MAX_LIMIT)
+    refer_forget: str = _f(
+        "oldest", "which episodes ReF-ER's memory forgets when it holds --buffer-size steps: "
+        "oldest (first in, first out: the paper's Alg. 1) or far-policy (the finished episode "
+        "with the largest fraction of far-policy steps, unless the oldest is more than a "
+        "memory's count of episodes older: the authors' smarties of the paper's time, "
+        "ERoldSeqFilter farpolfrac); far-policy allocates twice --buffer-size slots, since an "
+        "episode forgotten in the middle frees its slots only when the ring reaches them",
+        choices=("oldest", "far-policy"))
     replay_diagnostics: bool = _f(
         False, "with --replay er or per: also store the behaviour policy and log rho, "
         "KL(mu || pi) and the far-policy fraction (ReF-ER's diagnostics; costs a little "

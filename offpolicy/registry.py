@@ -382,6 +382,10 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     if train.replay not in spec.replays:
         raise OffpolicyError(f"--replay {train.replay} is not available for {algo} "
                              f"(valid: {', '.join(spec.replays)})")
+    if train.refer_forget != "oldest" and not train.replay.startswith("refer"):
+        raise OffpolicyError(f"--refer-forget {train.refer_forget} needs --replay refer, "
+                             f"refer1 or refer2 (it forgets by the far-policy flags ReF-ER "
+                             f"keeps), not --replay {train.replay}")
     if train.batch_size > train.buffer_size:
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")

@@ -82,6 +82,129 @@ def test_whole_episodes_leave_oldest_first():
     assert (buf.reward[firsts] == buf.reward[np.flatnonzero(buf.valid)]).all()
 
 
+class _ForgetReference:
+    """Plain-Python model of a replay that forgets by far-policy fraction (the authors'
+    smarties, ``MemoryProcessing::prune`` under ``farpolfrac``): episodes as lists of step
+    keys, each ring's observation writes counted, and the ring's own whole-episode forgetting
+    when it overwrites an episode's first observation."""
+
+    def __init__(self, ring_slots, rings, memory):
+        self.ring_slots, self.memory = ring_slots, memory
+        self.writes = [0] * rings
+        self.episodes = []  # dicts: id, ring, first (the ring's write number), steps, closed
+        self.open = [None] * rings
+        self.far = {}  # step key -> far flag
+        self.picks = {"far": 0, "oldest": 0}
+
+    def alive(self):
+        return [e for e in self.episodes if e["alive"]]
+
+    def keys(self):
+        return {k for e in self.alive() for k in e["steps"]}
+
+    def _obs_write(self, ring):
+        w = self.writes[ring]
+        self.writes[ring] += 1
+        for e in self.alive():
+            if e["ring"] == ring and e["first"] == w - self.ring_slots:
+                e["alive"] = False  # the ring overwrote its first observation
+        return w
+
+    def start(self, ring):
+        e = {"id": len(self.episodes), "ring": ring, "steps": [], "closed": False,
+             "alive": True}
+        e["first"] = self._obs_write(ring)
+        self.episodes.append(e)
+        self.open[ring] = e
+
+    def steps(self, keys, done):
+        """One step of these rings ({ring: key}); ``done``: the rings whose episode ends."""
+        for ring, key in keys.items():
+            self._obs_write(ring)
+            self.open[ring]["steps"].append(key)
+            self.far[key] = 0.0
+        while len(self.keys()) > self.memory:  # before the new ends are recorded, as replay
+            done_eps = [e for e in self.alive() if e["closed"]]
+            if not done_eps:
+                break
+            mean = [sum(self.far[k] for k in e["steps"]) / len(e["steps"]) for e in done_eps]
+            pick = done_eps[mean.index(max(mean))]
+            if done_eps[0]["id"] + len(done_eps) < pick["id"]:
+                pick = done_eps[0]
+            self.picks["oldest" if pick is done_eps[0] else "far"] += 1
+            pick["alive"] = False
+        for ring in done:
+            self.open[ring]["closed"] = True
+
+
+@pytest.mark.parametrize("rings", [1, 3])
+def test_forgetting_the_most_far_policy_episode_follows_a_plain_reference(tmp_path, rings):
+    """--refer-forget far-policy: after every step the replay holds exactly the steps the
+    reference keeps (the finished episode with the largest far fraction leaves while more than
+    ``memory`` steps are stored, the oldest instead once it is more than a memory's count of
+    episodes older; the ring still forgets what it overwrites), the far count matches, and a
+    save / load half-way keeps the episodes' ages."""
+    rng = np.random.default_rng(11)
+    memory = 60
+    fields = {"far": ((), np.float32, 0.0)}
+
+    def make():
+        return ReplayBuffer(2 * memory, (1,), 1, fields, counted=("far",),
+                            forget_whole_episodes=True, num_streams=rings, seed=3,
+                            memory=memory, forget_highest="far")
+
+    buf, ref = make(), _ForgetReference(2 * memory // rings, rings, memory)
+    for s in range(rings):
+        buf.start_episode(np.zeros(1), s)
+        ref.start(s)
+    key, length = 0, np.zeros(rings, int)
+    for t in range(900):
+        if t == 450:  # a resumed run continues exactly
+            buf.save(tmp_path / "r.npz")
+            buf = make()
+            buf.load(tmp_path / "r.npz")
+        done = (rng.random(rings) < 0.15) | (length == 12)  # episodes within a ring's 40 slots
+        length = np.where(done, 0, length + 1)
+        keys = {s: key + s for s in range(rings)}
+        key += rings
+        buf.add_batch(np.zeros((rings, 1)), np.array([float(keys[s]) for s in range(rings)]),
+                      done, np.zeros(rings, bool), np.zeros((rings, 1)))
+        ref.steps(keys, np.flatnonzero(done))
+        for s in np.flatnonzero(done):
+            buf.start_episode(np.zeros(1), int(s))
+            ref.start(int(s))
+        if t % 2 == 0:  # write-back: sampled steps' new far flags (a third far)
+            idx = buf.sample_indices(16)
+            flags = (rng.random(16) < 0.3).astype(np.float32)
+            buf.write(idx, {"far": flags})
+            for i, f in zip(idx, flags):
+                ref.far[int(buf.reward[i])] = float(f)
+        held = {int(r) for r in buf.reward[buf.valid]}
+        assert held == ref.keys(), t
+        assert len(buf) <= memory
+        assert buf.count("far") == pytest.approx(sum(ref.far[k] for k in held))
+    assert ref.picks["far"] > 20 and ref.picks["oldest"] > 0, ref.picks
+    assert buf.pruned == ref.picks["far"] + ref.picks["oldest"]
+
+
+def test_far_policy_forgetting_needs_refer_and_doubles_the_rings(tmp_path):
+    from offpolicy.errors import OffpolicyError
+    from offpolicy.training.run import Run
+
+    with pytest.raises(OffpolicyError, match="--refer-forget far-policy needs --replay refer"):
+        registry.resolve("ddpg", train_overrides={"refer_forget": "far-policy"})
+    run = registry.resolve("ddpg", train_overrides={
+        "env": "Pendulum-v1", "steps": 2000, "eval_every": 2000, "eval_episodes": 1,
+        "quiet": True, "replay": "refer", "refer_forget": "far-policy", "buffer_size": 1000,
+        "batch_size": 32}, agent_overrides={"hidden": (8, 8)})
+    t = Run(run, tmp_path / "d")
+    t.train()
+    r = t.replay
+    assert (r.capacity, r.memory) == (2000, 1000)
+    assert 800 <= len(r) <= 1000 and r.pruned >= 4  # 200-step episodes, forgotten whole
+    assert r.count("far") == pytest.approx(r.extras["far"][r.valid].sum())
+
+
 # ---------------------------------------------------------------------- V^tbc store
 def _episode(rng, n, terminated):
     spec = stored_returns.StoredReturn(GAMMA)

@@ -69,6 +69,8 @@ class ReplayBuffer:
         forget_whole_episodes: bool = False,
         frame_stack: int = 0,
         prioritized: PERSettings | None = None,
+        memory: int | None = None,
+        forget_highest: str | None = None,
     ):
         """``extras``: per-step fields ``{name: (shape, dtype)}`` or ``(shape, dtype,
         initial)``; ``initial`` fills a new step (write-back fields start there).
@@ -82,7 +84,14 @@ class ReplayBuffer:
         of this buffer; its per-slot arrays count in the memory check). ``frame_stack`` F > 0:
         observations are the last
         F frames stacked on the last axis (``obs_shape`` [..., F]), stored one frame per slot
-        (module docstring)."""
+        (module docstring). ``memory`` with ``forget_highest`` (a counted field, with
+        ``forget_whole_episodes``): at most ``memory`` transitions stay valid, and when a write
+        goes past that, the finished episode with the highest mean of that field leaves, unless
+        the oldest episode is more than a memory's count of episodes older than it: then the
+        oldest leaves (the ReF-ER authors' ``farpolfrac`` filter, :meth:`_prune`). The rings
+        then need room beyond ``memory`` (``capacity`` = 2 ``memory`` is what the trainer
+        gives): an episode forgotten in the middle frees no ring slot until the ring wraps
+        onto it."""
         if num_streams < 1:
             raise OffpolicyError(f"replay needs at least one stream, got {num_streams}")
         if capacity // num_streams < 2:
@@ -140,6 +149,20 @@ class ReplayBuffer:
                 raise OffpolicyError(f"counted field '{name}' must be a scalar extra field")
         self._counts = {name: 0.0 for name in counted}
         self.forget_whole_episodes = forget_whole_episodes
+        if forget_highest is not None and (forget_highest not in self._counts
+                                           or not forget_whole_episodes):
+            raise OffpolicyError(f"forgetting by '{forget_highest}' needs it counted and whole "
+                                 "episodes forgotten")
+        self.memory = self.capacity if memory is None else int(memory)
+        if not 1 <= self.memory <= self.capacity:
+            raise OffpolicyError(f"replay memory must be in [1, {self.capacity}] transitions, "
+                                 f"got {memory}")
+        self.forget_highest = forget_highest
+        self.pruned = 0  # episodes forgotten by forget_highest (not by the ring wrapping)
+        # each episode's number in the order episodes started (over all rings), beside
+        # _starts: the authors' filter compares episodes' ages by it
+        self._ids = [collections.deque() for _ in range(k)]
+        self._next_id = 0
         # callbacks(slots, valid) on every slot whose transition appears or disappears
         # (prioritized replay keeps its priorities in step with the buffer through them)
         self.listeners: list = []
@@ -195,6 +218,7 @@ class ReplayBuffer:
         starts = self._starts[stream]
         if starts and starts[0] == h:
             starts.popleft()
+            self._ids[stream].popleft()
             self._start_arrays[stream] = None
             self._closed.pop(h, None)
             if self.forget_whole_episodes:
@@ -364,6 +388,8 @@ class ReplayBuffer:
     def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
         """Store the first observation of an episode in ring ``stream``."""
         self._starts[stream].append(self._write_obs(stream, obs, first=True))
+        self._ids[stream].append(self._next_id)
+        self._next_id += 1
         self._start_arrays[stream] = None
         self.opens[stream] = True
 
@@ -388,6 +414,66 @@ class ReplayBuffer:
             self._counts[name] += float(self.extras[name][p].sum())
         for f in self.listeners:
             f(p, np.ones(p.size, bool))
+        if self.num_valid > self.memory and self.forget_highest is not None:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Forget whole finished episodes until at most ``memory`` transitions are valid: each
+        time the one with the highest mean of ``forget_highest`` (ReF-ER's far-policy flag: the
+        most far-policy episode; the oldest of equals), unless the oldest finished episode
+        is more than as many episodes older than it as the memory holds: then the oldest.
+        This is the authors' smarties of the paper's time under ReF-ER (``ERoldSeqFilter``
+        ``farpolfrac``, its default there; ``MemoryProcessing::prune``). Episodes in
+        progress stay. Forgotten episodes keep their first slot in ``_starts`` (with no valid
+        step) until the ring wraps onto it, so slot arithmetic over episodes is unchanged."""
+        while self.num_valid > self.memory:
+            eps = self._finished_episodes()
+            if eps is None:
+                return
+            ring, index, ids, mean = eps
+            age = np.argsort(ids, kind="stable")  # oldest first, over every ring
+            pick, oldest = int(age[np.argmax(mean[age])]), int(age[0])  # of equals, the oldest
+            if ids[oldest] + len(ids) < ids[pick]:
+                pick = oldest
+            self._forget_index(int(ring[pick]), int(index[pick]))
+            self.pruned += 1
+
+    def _finished_episodes(self):
+        """Every finished episode that still holds a valid transition: (ring, position in
+        the ring's ``_starts``, id, mean of ``forget_highest`` over its valid steps), ring by
+        ring; None if there is none."""
+        field = self.extras[self.forget_highest]
+        out = []
+        sc = self.stream_capacity
+        for s in range(self.num_streams):
+            starts = self._start_array(s)
+            n = len(starts) - (1 if self.opens[s] else 0)
+            if n <= 0:
+                continue
+            base, head = int(self.base[s]), int(self.heads[s])
+            order = base + (head + np.arange(sc)) % sc  # oldest slot first
+            pos = (starts - base - head) % sc
+            valid = self.valid[order]
+            count = np.add.reduceat(valid.astype(np.int64), pos)[:n]
+            total = np.add.reduceat(np.where(valid, field[order], 0).astype(np.float64),
+                                    pos)[:n]
+            keep = np.flatnonzero(count > 0)
+            ids = np.fromiter(self._ids[s], np.int64, len(starts))[:n]
+            out.append((np.full(keep.size, s), keep, ids[keep], total[keep] / count[keep]))
+        if not out or not sum(len(o[1]) for o in out):
+            return None
+        return tuple(np.concatenate(c) for c in zip(*out))
+
+    def _forget_index(self, stream: int, i: int) -> None:
+        """Invalidate the episode at position ``i`` of ring ``stream``'s ``_starts`` (up to the
+        next episode's first slot, or the ring's head)."""
+        starts = self._start_array(stream)
+        sc, base = self.stream_capacity, int(self.base[stream])
+        first = int(starts[i])
+        end = int(starts[i + 1]) if i + 1 < len(starts) else base + int(self.heads[stream])
+        slots = base + (first - base + np.arange((end - first) % sc)) % sc
+        self._closed.pop(first, None)
+        self._invalidate(slots[self.valid[slots]])
 
     def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None,
                   streams: np.ndarray | None = None) -> None:
@@ -724,6 +810,8 @@ class ReplayBuffer:
             "extras": {k: [list(s), d.str] for k, (s, d) in self.extra_specs.items()},
             "rng": self.rng.bit_generator.state,
             "starts": [list(map(int, q)) for q in self._starts],
+            "episode_ids": [list(map(int, q)) for q in self._ids], "next_id": self._next_id,
+            "pruned": self.pruned,
             "closed": [[int(a), int(b)] for a, b in self._closed.items()],
         }
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
@@ -806,6 +894,16 @@ class ReplayBuffer:
         else:  # a file written before episode starts were saved
             self._rebuild_starts()
         self._start_arrays = [None] * self.num_streams
+        if "episode_ids" in meta:
+            self._ids = [collections.deque(q) for q in meta["episode_ids"]]
+            self._next_id = int(meta["next_id"])
+        else:  # a file written before episode ids: number them in ring order
+            self._ids, n = [], 0
+            for q in self._starts:
+                self._ids.append(collections.deque(range(n, n + len(q))))
+                n += len(q)
+            self._next_id = n
+        self.pruned = int(meta.get("pruned", 0))
         self._closed = {int(a): int(b) for a, b in meta.get("closed", [])}
         for name in self._counts:
             self._counts[name] = float(self.extras[name][self.valid].sum())

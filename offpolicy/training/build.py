@@ -92,15 +92,18 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
         _check_stored_returns(run, episode_steps)
     # with --collector-replay the collectors keep the replays; the learner needs none
     central = with_replay and not tc.collector_replay
+    # --refer-forget far-policy: the rings hold twice the memory (ReplayBuffer's memory)
+    by_far = central and tc.refer_forget == "far-policy"
     replay = ReplayBuffer(
-        tc.buffer_size if central else 2 * k, obs_shape, spec.flat_dim,
+        (2 if by_far else 1) * tc.buffer_size if central else 2 * k, obs_shape, spec.flat_dim,
         dict(agent.behaviour_fields) | dict(agent.writeback_fields), obs_dtype=obs_dtype,
         seed=tc.seed + 2, num_streams=k,
         counted=(FAR,) if FAR in agent.writeback_fields else (),
         forget_whole_episodes=tc.replay != "er" or contract.stored_return is not None,
         frame_stack=frames,
         prioritized=(PERSettings(tc.per_alpha, tc.per_beta0, int(tc.steps * tc.updates_per_step),
-                                 tc.seed + 8) if tc.replay == "per" else None))
+                                 tc.seed + 8) if tc.replay == "per" else None),
+        memory=tc.buffer_size if by_far else None, forget_highest=FAR if by_far else None)
     if central and replay.full_bytes >= REPORT_REPLAY_BYTES:
         print(f"offpolicy: replay of {replay.capacity} steps takes up to "
               f"{replay.full_bytes / 2**30:.1f} GiB when full ({replay.bytes_per_step} bytes "

@@ -85,13 +85,16 @@ def test_whole_episodes_leave_oldest_first():
 class _ForgetReference:
     """Plain-Python model of a replay that forgets by far-policy fraction (the authors'
     smarties, ``MemoryProcessing::prune`` under ``farpolfrac``): episodes as lists of step
-    keys, each ring's observation writes counted, and the ring's own whole-episode forgetting
-    when it overwrites an episode's first observation."""
+    keys, numbered in the order they finish (smarties numbers a sequence when it stores it),
+    each ring's observation writes counted, and the ring's own whole-episode forgetting when it
+    overwrites an episode's first observation."""
 
     def __init__(self, ring_slots, rings, memory):
         self.ring_slots, self.memory = ring_slots, memory
         self.writes = [0] * rings
-        self.episodes = []  # dicts: id, ring, first (the ring's write number), steps, closed
+        self.episodes = []  # dicts: id (in the order they finished), ring, first (the ring's
+        # write number), steps, closed
+        self.finished = 0
         self.open = [None] * rings
         self.far = {}  # step key -> far flag
         self.picks = {"far": 0, "oldest": 0}
@@ -111,8 +114,7 @@ class _ForgetReference:
         return w
 
     def start(self, ring):
-        e = {"id": len(self.episodes), "ring": ring, "steps": [], "closed": False,
-             "alive": True}
+        e = {"id": None, "ring": ring, "steps": [], "closed": False, "alive": True}
         e["first"] = self._obs_write(ring)
         self.episodes.append(e)
         self.open[ring] = e
@@ -123,8 +125,12 @@ class _ForgetReference:
             self._obs_write(ring)
             self.open[ring]["steps"].append(key)
             self.far[key] = 0.0
-        while len(self.keys()) > self.memory:  # before the new ends are recorded, as replay
-            done_eps = [e for e in self.alive() if e["closed"]]
+        for ring in done:  # the episodes that end here are stored first, then the memory pruned
+            self.open[ring]["closed"] = True
+            self.open[ring]["id"] = self.finished
+            self.finished += 1
+        while len(self.keys()) > self.memory:
+            done_eps = sorted((e for e in self.alive() if e["closed"]), key=lambda e: e["id"])
             if not done_eps:
                 break
             mean = [sum(self.far[k] for k in e["steps"]) / len(e["steps"]) for e in done_eps]
@@ -133,8 +139,6 @@ class _ForgetReference:
                 pick = done_eps[0]
             self.picks["oldest" if pick is done_eps[0] else "far"] += 1
             pick["alive"] = False
-        for ring in done:
-            self.open[ring]["closed"] = True
 
 
 @pytest.mark.parametrize("rings", [1, 3])

@@ -228,6 +228,13 @@ class ReplayBuffer:
         """Record the episode of ring ``stream`` that ended at slot ``last`` as closed."""
         if self._starts[stream]:  # else the episode outgrew its ring
             self._closed[self._starts[stream][-1]] = last
+            self._number_latest(stream)
+
+    def _number_latest(self, stream: int) -> None:
+        """Ring ``stream``'s latest episode has finished: it takes the next id (episodes are
+        numbered in the order they finish, as smarties numbers the sequences it stores)."""
+        self._ids[stream][-1] = self._next_id
+        self._next_id += 1
 
     def _forget_episode(self, stream: int, first: int) -> None:
         """Invalidate every transition of the episode starting at ``first`` (Remember-and-
@@ -388,8 +395,7 @@ class ReplayBuffer:
     def start_episode(self, obs: np.ndarray, stream: int = 0) -> None:
         """Store the first observation of an episode in ring ``stream``."""
         self._starts[stream].append(self._write_obs(stream, obs, first=True))
-        self._ids[stream].append(self._next_id)
-        self._next_id += 1
+        self._ids[stream].append(-1)  # numbered when it finishes
         self._start_arrays[stream] = None
         self.opens[stream] = True
 
@@ -408,14 +414,13 @@ class ReplayBuffer:
         if terminated or truncated:
             self.opens[stream] = False
             self._episode_ended(stream, p)
+        self._prune()
 
     def _added(self, p: np.ndarray) -> None:
         for name in self._counts:
             self._counts[name] += float(self.extras[name][p].sum())
         for f in self.listeners:
             f(p, np.ones(p.size, bool))
-        if self.num_valid > self.memory and self.forget_highest is not None:
-            self._prune()
 
     def _prune(self) -> None:
         """Forget whole finished episodes until at most ``memory`` transitions are valid: each
@@ -424,9 +429,10 @@ class ReplayBuffer:
         is more than as many episodes older than it as the memory holds: then the oldest.
         This is the authors' smarties of the paper's time under ReF-ER (``ERoldSeqFilter``
         ``farpolfrac``, its default there; ``MemoryProcessing::prune``). Episodes in
-        progress stay. Forgotten episodes keep their first slot in ``_starts`` (with no valid
+        progress stay; it runs after a write has recorded the episodes it ends. Forgotten
+        episodes keep their first slot in ``_starts`` (with no valid
         step) until the ring wraps onto it, so slot arithmetic over episodes is unchanged."""
-        while self.num_valid > self.memory:
+        while self.num_valid > self.memory and self.forget_highest is not None:
             eps = self._finished_episodes()
             if eps is None:
                 return
@@ -457,8 +463,8 @@ class ReplayBuffer:
             count = np.add.reduceat(valid.astype(np.int64), pos)[:n]
             total = np.add.reduceat(np.where(valid, field[order], 0).astype(np.float64),
                                     pos)[:n]
-            keep = np.flatnonzero(count > 0)
             ids = np.fromiter(self._ids[s], np.int64, len(starts))[:n]
+            keep = np.flatnonzero((count > 0) & (ids >= 0))
             out.append((np.full(keep.size, s), keep, ids[keep], total[keep] / count[keep]))
         if not out or not sum(len(o[1]) for o in out):
             return None
@@ -509,6 +515,7 @@ class ReplayBuffer:
         for s in np.flatnonzero(ended):
             self._episode_ended(int(s), int(p[s]))
         self.opens &= ~ended
+        self._prune()
 
     def _add_some(self, streams, action, reward, terminated, truncated, next_obs, extras):
         if not self.opens[streams].all():
@@ -531,6 +538,7 @@ class ReplayBuffer:
         for j in np.flatnonzero(ended):
             self._episode_ended(int(streams[j]), int(p[j]))
         self.opens[streams[ended]] = False
+        self._prune()
 
     def write(self, idx: np.ndarray, fields: dict[str, np.ndarray],
               mask: np.ndarray | None = None) -> None:
@@ -897,12 +905,12 @@ class ReplayBuffer:
         if "episode_ids" in meta:
             self._ids = [collections.deque(q) for q in meta["episode_ids"]]
             self._next_id = int(meta["next_id"])
-        else:  # a file written before episode ids: number them in ring order
-            self._ids, n = [], 0
-            for q in self._starts:
-                self._ids.append(collections.deque(range(n, n + len(q))))
-                n += len(q)
-            self._next_id = n
+        else:  # a file written before episode ids: the i-th episode of every ring before the
+            # (i+1)-th of any (the order they finished in is not in the file)
+            k = self.num_streams
+            self._ids = [collections.deque(range(s, s + k * len(q), k))
+                         for s, q in enumerate(self._starts)]
+            self._next_id = k * max((len(q) for q in self._starts), default=0)
         self.pruned = int(meta.get("pruned", 0))
         self._closed = {int(a): int(b) for a, b in meta.get("closed", [])}
         for name in self._counts:
@@ -941,4 +949,5 @@ class ReplayBuffer:
             last_obs = int(self.base[s] + (self.heads[s] - 1) % sc)
             if starts and starts[-1] != last_obs and self.valid[p]:
                 self._closed[starts[-1]] = p
+                self._number_latest(int(s))
         self.opens[which] = False

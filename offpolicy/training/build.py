@@ -105,7 +105,9 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
                                  tc.seed + 8) if tc.replay == "per" else None),
         memory=tc.buffer_size if by_far else None, forget_highest=FAR if by_far else None)
     if central and replay.full_bytes >= REPORT_REPLAY_BYTES:
-        print(f"offpolicy: replay of {replay.capacity} steps takes up to "
+        print(f"offpolicy: replay of {replay.capacity} steps"
+              + (f" (a memory of {replay.memory}, --refer-forget far-policy)" if by_far else "")
+              + " takes up to "
               f"{replay.full_bytes / 2**30:.1f} GiB when full ({replay.bytes_per_step} bytes "
               f"per step" + (f"; {frames} stacked frames stored once each" if frames else "")
               + ")", file=sys.stderr)

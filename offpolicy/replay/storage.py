@@ -159,8 +159,8 @@ class ReplayBuffer:
                                  f"got {memory}")
         self.forget_highest = forget_highest
         self.pruned = 0  # episodes forgotten by forget_highest (not by the ring wrapping)
-        # each episode's number in the order episodes started (over all rings), beside
-        # _starts: the authors' filter compares episodes' ages by it
+        # each episode's number in the order episodes finished (over all rings; -1 while in
+        # progress), beside _starts: the authors' filter compares episodes' ages by it
         self._ids = [collections.deque() for _ in range(k)]
         self._next_id = 0
         # callbacks(slots, valid) on every slot whose transition appears or disappears
@@ -243,9 +243,12 @@ class ReplayBuffer:
         if not self._starts[stream]:  # the episode in progress is longer than the ring
             self._invalidate(np.array([first])[self.valid[[first]]])
             return
-        sc, base = self.stream_capacity, int(self.base[stream])
-        n = (self._starts[stream][0] - first) % sc
-        slots = base + (first - base + np.arange(n)) % sc
+        self._invalidate_span(first, self._starts[stream][0])
+
+    def _invalidate_span(self, first: int, end: int) -> None:
+        """Invalidate the valid transitions of one ring from slot ``first`` up to slot ``end``
+        (exclusive, in ring order)."""
+        slots = self._offset(np.asarray(first), np.arange((end - first) % self.stream_capacity))
         self._invalidate(slots[self.valid[slots]])
 
     def _invalidate(self, slots: np.ndarray) -> None:
@@ -465,8 +468,9 @@ class ReplayBuffer:
                                     pos)[:n]
             ids = np.fromiter(self._ids[s], np.int64, len(starts))[:n]
             keep = np.flatnonzero((count > 0) & (ids >= 0))
-            out.append((np.full(keep.size, s), keep, ids[keep], total[keep] / count[keep]))
-        if not out or not sum(len(o[1]) for o in out):
+            if keep.size:
+                out.append((np.full(keep.size, s), keep, ids[keep], total[keep] / count[keep]))
+        if not out:
             return None
         return tuple(np.concatenate(c) for c in zip(*out))
 
@@ -474,12 +478,11 @@ class ReplayBuffer:
         """Invalidate the episode at position ``i`` of ring ``stream``'s ``_starts`` (up to the
         next episode's first slot, or the ring's head)."""
         starts = self._start_array(stream)
-        sc, base = self.stream_capacity, int(self.base[stream])
         first = int(starts[i])
-        end = int(starts[i + 1]) if i + 1 < len(starts) else base + int(self.heads[stream])
-        slots = base + (first - base + np.arange((end - first) % sc)) % sc
+        end = (int(starts[i + 1]) if i + 1 < len(starts)
+               else int(self.base[stream] + self.heads[stream]))
         self._closed.pop(first, None)
-        self._invalidate(slots[self.valid[slots]])
+        self._invalidate_span(first, end)
 
     def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None,
                   streams: np.ndarray | None = None) -> None:

@@ -503,6 +503,32 @@ def test_propagation_over_many_episodes_equals_a_plain_loop(seed, chunk):
                                atol=48 * 1e-6 * np.abs(delta).max())
 
 
+def test_an_episode_longer_than_its_ring_propagates_back_to_its_oldest_stored_step():
+    """An episode in progress that outgrew its ring (an env without a time limit) has lost
+    its first step: its transitions' episode starts at the ring's oldest slot, and a change
+    propagates back to that step as the plain loop over its stored steps, oldest first."""
+    rng = np.random.default_rng(9)
+    spec = stored_returns.StoredReturn(GAMMA)
+    fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
+              "v_tbc": ((), np.float64, np.nan), "rho": ((), np.float32, 1.0)}
+    buf = ReplayBuffer(20, (1,), 1, fields, forget_whole_episodes=True)
+    buf.start_episode(np.zeros(1))
+    for _ in range(35):
+        buf.add([0.0], rng.normal(), False, False, np.zeros(1), value=rng.normal())
+    valid = np.flatnonzero(buf.valid)
+    oldest = int(buf.base[0] + buf.heads[0])
+    assert not buf._starts[0] and buf.valid[oldest] and valid.size == 19
+    np.testing.assert_array_equal(buf.episode_first_slots(valid), np.full(valid.size, oldest))
+    stored = (oldest + np.arange(19)) % 20  # the episode's steps still stored, oldest first
+    buf.extras["rho"][stored] = rng.uniform(0.3, 1.7, 19)
+    buf.extras["v_tbc"][stored] = rng.normal(size=19)
+    idx, delta = stored[[15, 6]], np.array([2.0, -1.5])
+    want = _propagated_one_by_one(buf, spec, [stored], idx, delta)
+    stored_returns.propagate(buf, spec, idx, delta, tol=0.0)
+    np.testing.assert_allclose(buf.extras["v_tbc"], want, rtol=1e-12, atol=1e-12,
+                               equal_nan=True)
+
+
 def test_a_refreshed_target_survives_a_far_policy_stretch():
     """The probe's case (#36): 25 steps, rewards 1, values 0, rho = 1e-3 (its floor)
     everywhere, gamma 0.995, terminated; refresh steps 0 and 24 as V-RACER's update does

@@ -740,8 +740,9 @@ def test_episode_first_slots_and_closed_episodes_follow_the_rings(streams, forge
     """Episodes start, end and are overwritten in every ring; after each step every valid
     transition whose episode still has its first step gets that first slot, the one recorded
     when it was written (the cached start arrays are rebuilt whenever a start comes or goes),
-    and the closed episodes kept for take_closed_episodes never outgrow the episodes in
-    memory, though nobody takes them."""
+    one whose episode lost it gets its ring's oldest slot (its episode's earliest step still
+    stored), and the closed episodes kept for take_closed_episodes never outgrow the episodes
+    in memory, though nobody takes them."""
     rng = np.random.default_rng(5)
     buf = ReplayBuffer(90 * streams, (OBS_DIM,), ACT_DIM, num_streams=streams, seed=2,
                        forget_whole_episodes=forget)
@@ -777,11 +778,14 @@ def test_episode_first_slots_and_closed_episodes_follow_the_rings(streams, forge
                       np.zeros(streams, bool), rng.normal(size=(streams, OBS_DIM)))
         for s in np.flatnonzero(done):
             start(int(s))
-        idx = np.array([i for i in np.flatnonzero(buf.valid) if first_of[int(i)] in alive],
-                       np.int64)
-        lost += int(buf.valid.sum()) - idx.size
-        np.testing.assert_array_equal(buf.episode_first_slots(idx),
-                                      [first_of[int(i)][0] for i in idx])
+        idx = np.flatnonzero(buf.valid)
+        kept = np.array([first_of[int(i)] in alive for i in idx], bool)
+        lost += int((~kept).sum())
+        oldest = buf.base + buf.heads  # each ring's oldest slot (the rings are full by then)
+        np.testing.assert_array_equal(
+            buf.episode_first_slots(idx),
+            [first_of[int(i)][0] if k else oldest[i // buf.stream_capacity]
+             for i, k in zip(idx, kept)])
         assert len(buf._closed) <= sum(len(q) for q in buf._starts)
     assert (lost == 0) if forget else (lost > 0)
     closed = buf.take_closed_episodes()

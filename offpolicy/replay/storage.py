@@ -358,7 +358,11 @@ class ReplayBuffer:
         return self.observations(self._next(np.asarray(idx, np.int64).copy()))
 
     def episode_first_slots(self, idx: np.ndarray) -> np.ndarray:
-        """The first slot of the episode of each valid transition ``idx`` (any shape)."""
+        """The first slot of the episode of each valid transition ``idx`` (any shape).
+
+        A transition whose episode has lost its first step to the ring's head (older than the
+        ring's first recorded start, or in an episode in progress longer than its ring) gets
+        its episode's earliest step still stored: the ring's oldest slot."""
         idx = np.asarray(idx, np.int64)
         out = np.empty_like(idx)
         sc = self.stream_capacity
@@ -369,7 +373,8 @@ class ReplayBuffer:
             oldest = int(self.base[s] + self.heads[s])  # ages count from the oldest slot
             pos = np.searchsorted((starts - oldest) % sc, (idx[sel] - oldest) % sc,
                                   side="right") - 1
-            out[sel] = starts[np.maximum(pos, 0)]
+            out[sel] = np.where(pos >= 0, starts[np.maximum(pos, 0)] if starts.size else 0,
+                                oldest)
         return out
 
     def _start_array(self, stream: int) -> np.ndarray:

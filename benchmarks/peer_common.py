@@ -94,6 +94,35 @@ def evaluate(
     return returns
 
 
+# MuJoCo's planar bodies (HalfCheetah, Hopper, Walker2d) hold the torso's pitch, a free hinge
+# about the y axis, at qpos[2]; |pitch| > pi/2 (wrapped to [-pi, pi]) is a body on its back
+PLANAR_ENVS = ("HalfCheetah", "Hopper", "Walker2d")
+POSTURE_FILE = "posture.json"
+
+
+def posture(env: Any, episodes: int, seed_base: int, act: Callable[[Any], Any],
+            skip: int = 200) -> dict[str, Any]:
+    """How a deterministic actor carries a planar MuJoCo body (``PLANAR_ENVS``): over
+    ``episodes`` episodes reset as :func:`evaluate` resets them, the fraction of steps after
+    the first ``skip`` of each episode with the torso on its back (HalfCheetah's ~1200-1400
+    plateau is a cheetah running on its back) and the mean wrapped pitch. Episodes shorter
+    than ``skip`` count from their first step."""
+    per_episode: list[list[float]] = [[]]
+
+    def observe(obs: Any, reward: float, terminated: bool, truncated: bool) -> None:
+        per_episode[-1].append(float(env.unwrapped.data.qpos[2]))
+        if terminated or truncated:
+            per_episode.append([])
+
+    returns = evaluate(env, episodes, seed_base, act, observe)
+    pitches = [np.asarray(e[skip:] if len(e) > skip else e) for e in per_episode if e]
+    wrapped = np.concatenate([(p + np.pi) % (2 * np.pi) - np.pi for p in pitches])
+    return {"episodes": episodes, "skip": skip, "seed_base": seed_base,
+            "return_mean": float(returns.mean()),
+            "on_back_fraction": float(np.mean(np.abs(wrapped) > np.pi / 2)),
+            "mean_pitch": float(wrapped.mean())}
+
+
 def record_eval(csv_path: Path, step: int, returns: np.ndarray,
                 wall: float) -> tuple[float, float]:
     """Append the row of one evaluation to ``eval.csv`` (flushed and synced, so a killed run

@@ -80,6 +80,7 @@ the updates made after steps ``warmup + 1 .. k - 1``.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -581,6 +582,10 @@ def cmd_learn(args: argparse.Namespace) -> None:
     model.learn(total_timesteps=args.steps - start, callback=callback,
                 reset_num_timesteps=resumed is None)
     pc.end_run(run_dir)
+    if args.env.startswith(pc.PLANAR_ENVS):  # the final actor's posture (its model is not kept)
+        pose = pc.posture(eval_env, min(5, args.eval_episodes), args.seed + pc.EVAL_SEED_OFFSET,
+                          lambda obs: model.predict(obs, deterministic=True)[0])
+        (run_dir / pc.POSTURE_FILE).write_text(json.dumps(pose, indent=2) + "\n")
     pc.emit({**pc.learn_summary(lib, args.seed, callback.means, run_dir, callback.wall()),
              "skipped": False, "resumed_at": start or None})
 

@@ -28,6 +28,8 @@ progress goes to stderr):
     its optimizers, the replay and the RNG states are saved (without pickle)
     to ``DIR/checkpoint.npz``: the same command reruns a killed run from its
     last evaluation (a new training episode), and skips a finished one.
+    On HalfCheetah, Hopper and Walker2d the final model's posture (is the
+    body on its back? ``peer_common.posture``) goes to ``DIR/posture.json``.
 
 DDPG configuration, chosen to match the DDPG baseline of the ACE paper
 (Zhang & Yao, 2019), which follows Lillicrap et al. (2016):

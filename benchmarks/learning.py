@@ -135,7 +135,7 @@ SUITES = {
 
 # train.csv diagnostics plotted (log scale) and averaged per entry for these suites
 SUITE_METRICS = {"refer": ["kl_mu_pi", "far_policy_fraction"],
-                 "refer-1m": ["kl_mu_pi", "far_policy_fraction"],
+                 "refer-1m": ["kl_mu_pi", "far_policy_fraction", "beta"],
                  "ace-separate": ["action_spread"],
                  "refer-pendulum": ["kl_mu_pi", "far_policy_fraction"],
                  "refer-vracer": ["kl_mu_pi", "far_policy_fraction"],

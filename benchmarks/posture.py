@@ -1,6 +1,7 @@
 """Which runs of a suite end with the body on its back (HalfCheetah's ~1200-1400 plateau).
 
-    python benchmarks/posture.py RUNS_ROOT/SUITE [--entries E ...] [--results FILE.csv]
+    python benchmarks/posture.py RUNS_ROOT/SUITE [RUNS_ROOT/SUITE2 ...] [--entries E ...]
+                                 [--results FILE.csv]
 
 A HalfCheetah that flips early learns to run on its back: its return climbs to a plateau near
 1200-1400 at 100k steps and stays there, while an upright one goes on to 3000-5000. The return
@@ -66,15 +67,18 @@ def env_of(run_dir: Path) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("suite_dir", type=Path, help="RUNS_ROOT/SUITE (holds <entry>/s<seed>/)")
+    ap.add_argument("suite_dirs", type=Path, nargs="+",
+                    help="RUNS_ROOT/SUITE folders (each holds <entry>/s<seed>/)")
     ap.add_argument("--entries", nargs="+", default=None, help="only these entries")
     ap.add_argument("--results", type=Path, default=None, help="write the rows to this CSV")
     a = ap.parse_args(argv)
-    runs = sorted((p for p in a.suite_dir.glob("*/s*") if p.is_dir() and p.name[1:].isdigit()
-                   and (a.entries is None or p.parent.name in a.entries)),
-                  key=lambda p: (p.parent.name, int(p.name[1:])))
+    found = {p.resolve(): p for d in a.suite_dirs for p in d.glob("*/s*")
+             if p.is_dir() and p.name[1:].isdigit()
+             and (a.entries is None or p.parent.name in a.entries)}  # a linked run once
+    runs = sorted(found.values(), key=lambda p: (p.parent.name, int(p.name[1:])))
     if not runs:
-        raise SystemExit(f"no runs under {a.suite_dir} (expected <entry>/s<seed>/)")
+        raise SystemExit(f"no runs under {' '.join(map(str, a.suite_dirs))} (expected "
+                         "<entry>/s<seed>/)")
     rows = []
     for run in runs:
         entry, seed = run.parent.name, int(run.name[1:])

@@ -81,6 +81,15 @@ def one_episode(run_dir: Path, env_id: str, max_steps: int = 1000) -> dict:
     return {"length": len(acts), "mean_action": acts.mean(axis=0)}
 
 
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """``rows`` (dicts with the same keys, in order) as a CSV file, its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def fisher_two_sided(a: int, b: int, c: int, d: int) -> float:
     """Fisher's exact test of the 2x2 table [[a, b], [c, d]], two-sided (the tables with the
     same margins no more probable than the one seen)."""
@@ -158,11 +167,7 @@ def main() -> int:
             print(f"{name(x)} against {name(y)}: Fisher's exact test p = "
                   f"{fisher_two_sided(tx, nx - tx, ty, ny - ty):.3f}")
     if a.results is not None:
-        a.results.mkdir(parents=True, exist_ok=True)
-        with open(a.results / "init_trap.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(a.results / "init_trap.csv", rows)
     return 0
 
 

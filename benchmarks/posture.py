@@ -22,7 +22,6 @@ restored from a CSV without its checkpoint) is left out with a note on stderr.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -32,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import peer_common as pc  # noqa: E402
-from init_trap import budget, last_eval  # noqa: E402
+from init_trap import budget, last_eval, write_rows  # noqa: E402
 
 EPISODES = 5
 
@@ -113,11 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         raise SystemExit("no finished run to read")
     if a.results is not None:
-        a.results.parent.mkdir(parents=True, exist_ok=True)
-        with open(a.results, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_rows(a.results, rows)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Issue 33's loop ablation: SB3's TD3 collection loop driving our jitted TD3 update.
+"""Issue 33's loop ablations: SB3's TD3 (and SAC) collection loop driving our jitted update.
 
 ``benchmarks/peers.py learn --lib sb3 --algo td3 --update ours [--init ours]`` builds SB3's TD3
 as ``sb3-td3`` does (its env loop, 100 uniform warm-up steps, Gaussian exploration N(0, 0.1^2)
@@ -11,7 +11,11 @@ initialiser (``--td3.init torch``: the same law, other draws).
 
 ``--algo sac --init ours`` (``sb3-sac-ourinit``) does the same for SB3's SAC: its actor (torso,
 mean and log-std heads) and twin critics start from our SAC's initial draw (``--preset sb3``:
-torch's law), everything else SB3's.
+torch's law), everything else SB3's. ``--algo sac --update ours`` (``sb3-sac-ourupdate``) runs
+SB3's SAC loop (100 uniform warm-up steps, actions sampled by SB3's actor with torch's
+generator, its replay buffer and sampling, updates from step 101, its evaluation) with our SAC
+update (critics, actor and temperature: ``offpolicy.agents.sac``, ``--preset sb3``); after each
+update our actor (torso and both heads) is copied into SB3's, which acts.
 
 Reading: if ``sb3-td3-ourupdate`` learns like ``sb3-td3``, the gap between ``td3-sb3`` and
 ``sb3-td3`` lies in our loop (collection, replay, the start of updates); if it learns like
@@ -73,22 +77,28 @@ def ours_to_torch(params: dict, mu, q_networks) -> None:
         critics_to_torch(params["critic"], q_networks)
 
 
-def sac_to_torch(params: dict, actor, q_networks) -> None:
-    """Our SAC parameter trees into SB3's SAC ``actor`` (``latent_pi``, then the ``mu`` and
-    ``log_std`` heads: our last layer's columns [:m] and [m:]) and critics, in place: the
-    inverse of update_parity's ``sac_actor_to_ours`` and ``critics_to_ours``."""
-    import torch
-
-    (mlp,) = params["actor"].values()
+def sac_actor_to_torch(tree: dict, actor) -> None:
+    """Our Gaussian policy's tree into SB3's SAC ``actor`` (``latent_pi``, then the ``mu`` and
+    ``log_std`` heads: our last layer's columns [:m] and [m:]), in place (under no_grad): the
+    inverse of update_parity's ``sac_actor_to_ours``."""
+    (mlp,) = tree.values()
     torso = _linear_layers(actor.latent_pi)
     last = mlp[f"Dense_{len(torso)}"]
     w, b = np.asarray(last["kernel"]), np.asarray(last["bias"])
     m = w.shape[1] // 2
+    for i, layer in enumerate(torso):
+        _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
+    _load(actor.mu, w[:, :m], b[:m])
+    _load(actor.log_std, w[:, m:], b[m:])
+
+
+def sac_to_torch(params: dict, actor, q_networks) -> None:
+    """Our SAC parameter trees into SB3's SAC ``actor`` and critics, in place: the inverse of
+    update_parity's ``sac_actor_to_ours`` and ``critics_to_ours``."""
+    import torch
+
     with torch.no_grad():
-        for i, layer in enumerate(torso):
-            _load(layer, mlp[f"Dense_{i}"]["kernel"], mlp[f"Dense_{i}"]["bias"])
-        _load(actor.mu, w[:, :m], b[:m])
-        _load(actor.log_std, w[:, m:], b[m:])
+        sac_actor_to_torch(params["actor"], actor)
         critics_to_torch(params["critic"], q_networks)
 
 
@@ -116,24 +126,39 @@ def our_initial_draw(model, env_id: str, seed: int, algo: str = "td3") -> None:
     model.critic_target.load_state_dict(model.critic.state_dict())
 
 
-class OurUpdate:
-    """Our TD3 state and jitted update, attached to an SB3 ``TD3`` model in place of its
-    ``train``; :meth:`state_tree` / :meth:`restore` carry it in the peer's checkpoint."""
+UPDATE_ALGOS = ("td3", "sac")
 
-    def __init__(self, model, env_id: str, seed: int, init: str):
+
+class OurUpdate:
+    """Our TD3 or SAC state and jitted update, attached to an SB3 ``TD3`` / ``SAC`` model in
+    place of its ``train``; :meth:`state_tree` / :meth:`restore` carry it in the peer's
+    checkpoint. With ``init="ours"`` our networks start from our initialiser's draw for
+    ``seed`` (the one our own run of that seed starts from), with ``"own"`` from SB3's."""
+
+    def __init__(self, model, env_id: str, seed: int, init: str, algo: str = "td3"):
         import jax
         import jax.numpy as jnp
 
         if init not in INITS:
             raise ValueError(f"unknown init {init!r} (valid: {', '.join(INITS)})")
-        self.model = model
-        self.agent = ours_agent(env_id)
+        if algo not in UPDATE_ALGOS:
+            raise ValueError(f"--update ours is defined for {', '.join(UPDATE_ALGOS)}, "
+                             f"not {algo!r}")
+        self.model, self.algo = model, algo
+        self.agent = ours_agent(env_id, algo)
         state = self.agent.init(jax.random.PRNGKey(seed))
         if init == "own":  # SB3's initial draw, copied into our trees
-            params = jax.tree_util.tree_map(
-                jnp.asarray, torch_to_ours(model.actor.mu, model.critic.q_networks,
-                                           state["params"]))
-            state = {**state, "params": params, "target": params,
+            tpl = state["params"]
+            if algo == "td3":
+                params = torch_to_ours(model.actor.mu, model.critic.q_networks, tpl)
+                targets = {"target": params}
+            else:  # SAC: the critics' targets only (SB3's, as ours, start as copies)
+                params = {"actor": sac_actor_to_ours(model.actor, tpl["actor"]),
+                          "critic": critics_to_ours(model.critic.q_networks, tpl["critic"])}
+                targets = {"target_critic": params["critic"]}
+            params = jax.tree_util.tree_map(jnp.asarray, params)
+            targets = jax.tree_util.tree_map(jnp.asarray, targets)
+            state = {**state, "params": params, **targets,
                      "actor_opt": self.agent.actor_opt.init(params["actor"]),
                      "critic_opt": self.agent.critic_opt.init(params["critic"])}
         self.state = state
@@ -154,10 +179,13 @@ class OurUpdate:
         import torch
 
         with torch.no_grad():
-            actor_to_torch(self.state["params"]["actor"], self.model.actor.mu)
+            if self.algo == "td3":
+                actor_to_torch(self.state["params"]["actor"], self.model.actor.mu)
+            else:
+                sac_actor_to_torch(self.state["params"]["actor"], self.model.actor)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
-        """SB3's ``TD3.train`` signature: ``gradient_steps`` of our update on SB3's batches."""
+        """SB3's ``train`` signature: ``gradient_steps`` of our update on SB3's batches."""
         m = self.model
         loss = None
         for _ in range(gradient_steps):
@@ -189,7 +217,7 @@ class OurUpdate:
         leaves, treedef = jax.tree_util.tree_flatten(self.state)
         saved = tree["leaves"]
         if len(saved) != len(leaves):
-            raise ValueError(f"checkpoint holds {len(saved)} leaves of our TD3 state, "
+            raise ValueError(f"checkpoint holds {len(saved)} leaves of our {self.algo} state, "
                              f"expected {len(leaves)}")
         self.state = jax.tree_util.tree_unflatten(treedef, [
             jnp.asarray(np.asarray(s), dtype=x.dtype) for s, x in zip(saved, leaves)])

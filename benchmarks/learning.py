@@ -72,6 +72,11 @@ SUITES = {
     # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
     # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
     "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
+    # the next question for SAC (HalfCheetah-v5, 100k steps): SB3's SAC loop driving our
+    # jitted SAC update from SB3's initial draw (benchmarks/hybrid.py). As sb3-sac: the gap
+    # lies in our loop; as sac-sb3: in the update as compiled in float32 (link sac-sb3 and
+    # sb3-sac to baselines-peers' folders: the same runs)
+    "sac-loop-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourupdate"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -263,6 +268,9 @@ SUITE_COMPARISONS = {
                          ("sbx-td3-sb3", "sbx-td3", "paired"), ("sbx-td3-sb3", "sb3-td3")],
     "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],
+    # ourupdate and sb3-sac share SB3's draw and loop: paired by seed
+    "sac-loop-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourupdate", "sb3-sac", "paired"),
+                          ("sac-sb3", "sb3-sac-ourupdate")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er"),
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
                  ("ddpg-er-appa", "ddpg-er"), ("ddpg-refer-farpol", "ddpg-refer", "paired"),
@@ -288,6 +296,7 @@ PEER_VARIANTS = {
     "sb3-td3-ourupdate-ourinit": ("sb3", "td3", ("--update", "ours", "--init", "ours")),
     "sb3-td3-ourinit": ("sb3", "td3", ("--init", "ours")),
     "sb3-sac-ourinit": ("sb3", "sac", ("--init", "ours")),
+    "sb3-sac-ourupdate": ("sb3", "sac", ("--update", "ours")),
     "sbx-td3-sb3": ("sbx", "td3", ("--variant", "sb3")),
 }
 

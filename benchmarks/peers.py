@@ -523,8 +523,8 @@ def cmd_learn(args: argparse.Namespace) -> None:
         raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0")
 
     hybrid_update = args.update == "ours"
-    if hybrid_update and (lib != "sb3" or args.algo != "td3"):
-        raise SystemExit("--update ours is defined for --lib sb3 --algo td3 only")
+    if hybrid_update and (lib != "sb3" or args.algo not in ("td3", "sac")):
+        raise SystemExit("--update ours is defined for --lib sb3 --algo td3 or sac only")
     if args.init != "own" and (lib != "sb3" or args.algo not in ("td3", "sac")):
         raise SystemExit("--init ours is defined for --lib sb3 --algo td3 or sac only")
     if args.variant != "own" and (lib != "sbx" or args.algo != "td3"):
@@ -544,7 +544,7 @@ def cmd_learn(args: argparse.Namespace) -> None:
     if hybrid_update:
         from hybrid import OurUpdate
 
-        hybrid = OurUpdate(model, args.env, args.seed, args.init)
+        hybrid = OurUpdate(model, args.env, args.seed, args.init, args.algo)
     elif args.init == "ours":
         from hybrid import our_initial_draw
 
@@ -602,8 +602,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--env", default="HalfCheetah-v5")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--update", choices=("own", "ours"), default="own",
-                       help="learn only, --lib sb3 --algo td3: 'ours' runs our jitted TD3 "
-                       "update inside SB3's loop (benchmarks/hybrid.py, issue 33's ablation)")
+                       help="learn only, --lib sb3 --algo td3 or sac: 'ours' runs our jitted "
+                       "update inside SB3's loop (benchmarks/hybrid.py, issue 33's ablations)")
         p.add_argument("--init", choices=("own", "ours"), default="own",
                        help="learn only, --lib sb3 --algo td3 or sac: start from SB3's "
                        "initial weights (own) or from our initialiser's draw (ours)")

@@ -1,5 +1,5 @@
 """benchmarks/hybrid.py, issue 33's ablations: SB3's TD3 and SAC started from our initial draw
-(``--init ours``) and SB3's TD3 loop driving our update (``--update ours``); and
+(``--init ours``) and SB3's TD3 and SAC loops driving our update (``--update ours``); and
 benchmarks/sbx_variant.py, SBX's TD3 with SB3's three update choices (``--variant sb3``).
 
 The peers live in the bench venv (``make bench-venv``: torch, SB3, SBX), never in ours, so these
@@ -65,37 +65,55 @@ for online, target in pairs:
 print("ok")
 '''
 
-# SB3's TD3 loop with our update: it trains, and its state (our trees, optimiser and key)
-# restores into a fresh hybrid whose SB3 actor then acts as the trained one's.
+# SB3's TD3 or SAC loop with our update: from SB3's initial draw (its actor acts as our first
+# actor does), it trains (SAC: the temperature too), SB3's actor acts as ours after training, and
+# the state (our trees, optimisers and key) restores into a fresh hybrid whose SB3 actor then
+# acts as the trained one's.
 UPDATE_OURS = r'''
+import dataclasses
 import sys
 import gymnasium as gym
 import jax
 import numpy as np
 import torch
-sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
 import hybrid
 import peers
 
-cfg = peers.BaselineConfig((400, 300), 256, 1e-3, buffer_size=5000)  # our preset sb3's
+algo = sys.argv[1]
+cfg = dataclasses.replace(peers.BASELINES[algo], buffer_size=5000)  # our preset sb3's networks
+obs = np.random.default_rng(1).uniform(-1, 1, (8, 3)).astype(np.float32)
 
 def built():
-    model = peers.make_baseline("sb3", "td3", gym.make("Pendulum-v1"), cfg, 100, 0)
-    return model, hybrid.OurUpdate(model, "Pendulum-v1", 0, "own")
+    model = peers.make_baseline("sb3", algo, gym.make("Pendulum-v1"), cfg, 100, 0)
+    return model, hybrid.OurUpdate(model, "Pendulum-v1", 0, "own", algo)
+
+def sb3_actions(model):
+    with torch.no_grad():
+        o = torch.as_tensor(obs)
+        return (model.actor(o, deterministic=True) if algo == "sac" else model.actor(o)).numpy()
+
+def our_actions(ours):
+    p = ours.agent.acting_params(ours.state)
+    return np.asarray(ours.agent.policy(p, obs, jax.random.PRNGKey(0), False)[0])
 
 model, ours = built()
+np.testing.assert_allclose(sb3_actions(model), our_actions(ours), atol=2e-6)
 before = [np.asarray(x) for x in jax.tree_util.tree_leaves(ours.state["params"])]
+alpha0 = float(ours.state.get("log_alpha", 0.0))
 model.learn(300)
 assert model._n_updates == 200
 after = jax.tree_util.tree_leaves(ours.state["params"])
 assert not all(np.array_equal(a, np.asarray(b)) for a, b in zip(before, after))
+if algo == "sac":
+    assert float(ours.state["log_alpha"]) != alpha0
+np.testing.assert_allclose(sb3_actions(model), our_actions(ours), atol=2e-6)
 fresh_model, fresh = built()
 fresh.restore(ours.state_tree())
-for a, b in zip(after, jax.tree_util.tree_leaves(fresh.state["params"]), strict=True):
+for a, b in zip(jax.tree_util.tree_leaves(ours.state),
+                jax.tree_util.tree_leaves(fresh.state), strict=True):
     assert np.array_equal(np.asarray(a), np.asarray(b))
-obs = torch.as_tensor(np.random.default_rng(1).uniform(-1, 1, (8, 3)).astype(np.float32))
-with torch.no_grad():
-    assert torch.equal(model.actor(obs), fresh_model.actor(obs))
+assert torch.equal(torch.as_tensor(sb3_actions(model)), torch.as_tensor(sb3_actions(fresh_model)))
 print("ok")
 '''
 
@@ -224,8 +242,9 @@ def test_sb3_from_our_initial_draw_computes_what_ours_computes(algo):
     _run(INIT_OURS, algo, "Pendulum-v1", str(ROOT / "benchmarks"))
 
 
-def test_our_update_in_sb3s_loop_trains_and_restores():
-    _run(UPDATE_OURS, str(ROOT / "benchmarks"))
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_our_update_in_sb3s_loop_trains_and_restores(algo):
+    _run(UPDATE_OURS, algo, str(ROOT / "benchmarks"))
 
 
 def test_sbx_td3_with_sb3s_choices_matches_a_step_by_step_reference():

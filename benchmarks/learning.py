@@ -72,11 +72,12 @@ SUITES = {
     # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
     # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
     "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
-    # the next question for SAC (HalfCheetah-v5, 100k steps): SB3's SAC loop driving our
-    # jitted SAC update from SB3's initial draw (benchmarks/hybrid.py). As sb3-sac: the gap
-    # lies in our loop; as sac-sb3: in the update as compiled in float32 (link sac-sb3 and
-    # sb3-sac to baselines-peers' folders: the same runs)
-    "sac-loop-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourupdate"],
+    # where our SAC and SB3's part (HalfCheetah-v5, 100k steps; link sac-sb3 and sb3-sac to
+    # baselines-peers' folders: the same runs): our SAC with SB3's 1e-6 inside the log-det of
+    # log pi (the one formula the two updates differ in); SB3's SAC loop driving our jitted
+    # update from SB3's draw (benchmarks/hybrid.py: as sb3-sac, the gap lies in our loop; as
+    # sac-sb3, in the update as compiled, the log-det's eps included)
+    "sac-ablation": ["sac-sb3", "sb3-sac", "sac-sb3-eps", "sb3-sac-ourupdate"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -178,6 +179,7 @@ VARIANTS = {
     # our TD3 as --preset sb3 ran before it started updates at step 101 (SB3's learning_starts)
     "td3-sb3-wait": ("td3", ["--preset", "sb3", "--wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
+    "sac-sb3-eps": ("sac", ["--preset", "sb3", "--sac.log-det-eps", "1e-6"]),
     # our TD3 with SB3's settings and SBX's initial law (Flax's Dense default), its target
     # cadence (after every critic update), its actor loss (the smaller twin), or all three
     "td3-sb3-flaxinit": ("td3", ["--preset", "sb3", "--td3.init", "flax"]),
@@ -268,9 +270,10 @@ SUITE_COMPARISONS = {
                          ("sbx-td3-sb3", "sbx-td3", "paired"), ("sbx-td3-sb3", "sb3-td3")],
     "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
                           ("sac-sb3", "sb3-sac-ourinit", "paired")],
-    # ourupdate and sb3-sac share SB3's draw and loop: paired by seed
-    "sac-loop-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourupdate", "sb3-sac", "paired"),
-                          ("sac-sb3", "sb3-sac-ourupdate")],
+    # sac-sb3-eps and sac-sb3 share our draw and loop, ourupdate and sb3-sac SB3's: paired
+    "sac-ablation": [("sac-sb3", "sb3-sac"), ("sac-sb3-eps", "sac-sb3", "paired"),
+                     ("sac-sb3-eps", "sb3-sac"), ("sb3-sac-ourupdate", "sb3-sac", "paired"),
+                     ("sac-sb3", "sb3-sac-ourupdate")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er"),
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
                  ("ddpg-er-appa", "ddpg-er"), ("ddpg-refer-farpol", "ddpg-refer", "paired"),

@@ -424,6 +424,10 @@ class SACConfig(CoreFields):
                                "-|A| (minus the action dimension)")
     log_std_min: float = _f(-20.0, "the policy's log std is clipped to [min, max]")
     log_std_max: float = _f(2.0, "upper clip of the policy's log std")
+    log_det_eps: float = _f(0.0, "eps in log(1 - tanh(u)^2 + eps), the squashing's log-det "
+                            "in log pi (App. C, Eq. 21): 0 = exact (any u), SB3 adds 1e-6 "
+                            "(a saturated action's correction then stops at log eps and "
+                            "its gradient at zero)", ge=0, lt=1)
 
 
 @dataclass

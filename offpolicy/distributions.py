@@ -345,10 +345,15 @@ class SquashedGaussian:
         u, info = GAUSSIAN.sample(key, mean, std)
         return jnp.tanh(u), {**info, "pre_tanh": u}
 
-    def log_prob(self, params: Any, pre_tanh: jax.Array) -> jax.Array:
-        """log p(tanh(u)) [B] of the action whose pre-squash value is ``pre_tanh`` u."""
+    def log_prob(self, params: Any, pre_tanh: jax.Array, eps: float = 0.0) -> jax.Array:
+        """log p(tanh(u)) [B] of the action whose pre-squash value is ``pre_tanh`` u. With
+        ``eps`` > 0 the log-det is SB3's log(1 - a^2 + eps), a = tanh(u): once a rounds to
+        +-1 it stays at log(eps), with no gradient."""
         u = f32(pre_tanh)
-        log_det = 2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+        if eps > 0:
+            log_det = jnp.log(1.0 - jnp.tanh(u) ** 2 + eps)
+        else:
+            log_det = 2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u))
         return GAUSSIAN.log_prob(params, u) - jnp.sum(log_det, axis=-1)
 
     def mode(self, params: Any) -> jax.Array:

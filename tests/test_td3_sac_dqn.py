@@ -175,6 +175,42 @@ def test_squashed_gaussian_log_prob_is_finite_where_tanh_saturates():
     assert np.isfinite(np.asarray(logp)).all()
 
 
+def test_squashed_gaussian_log_prob_with_sb3s_eps_matches_a_numpy_reference():
+    """``eps`` > 0: log N(u) - sum log(1 - tanh(u)^2 + eps), SB3's formula, on random u (a
+    plain NumPy reference in float64); a saturated dimension's correction is log(eps) with no
+    gradient, where the exact one keeps pulling u back (gradient 2 of -log-det per unit u)."""
+    rng = np.random.default_rng(4)
+    m, s = rng.normal(size=(6, 3)), rng.uniform(0.2, 1.5, (6, 3))
+    u = (m + s * rng.normal(size=(6, 3))).astype(np.float32)
+    eps = 1e-6
+    ref = (-0.5 * ((u - m) / s) ** 2 - np.log(s) - 0.5 * np.log(2 * np.pi)
+           - np.log(1.0 - np.tanh(u.astype(np.float64)) ** 2 + eps)).sum(-1)
+    got = SquashedGaussian().log_prob({"mean": m, "std": s}, u, eps)
+    np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-4)
+    exact = SquashedGaussian().log_prob({"mean": m, "std": s}, u)
+    assert not np.allclose(np.asarray(got), np.asarray(exact), atol=1e-7)
+
+    def correction(x, e):  # log p minus the Gaussian term: -log-det of one saturated dim
+        d = SquashedGaussian().log_prob({"mean": x, "std": jnp.ones(1)}, x, e)
+        return d[0] + 0.5 * np.log(2 * np.pi)
+    x = jnp.asarray([[20.0]])
+    assert float(correction(x, eps)) == pytest.approx(-np.log(eps), rel=1e-6)
+    assert float(jax.grad(lambda v: correction(v, eps))(x)[0, 0]) == 0.0
+    assert float(jax.grad(lambda v: correction(v, 0.0))(x)[0, 0]) == pytest.approx(2.0, rel=1e-5)
+
+
+def test_sac_log_det_eps_changes_the_update():
+    """--sac.log-det-eps reaches log pi in the target, the actor loss and the temperature."""
+    batch = transitions_batch(np.random.default_rng(0))
+    out = []
+    for eps in (0.0, 0.5):
+        agent = SAC(C.SACConfig(hidden=(8, 8), log_det_eps=eps), (3,), CONT)
+        state = agent.init(jax.random.PRNGKey(0))
+        out.append(jax.jit(agent.update)(state, batch, jax.random.PRNGKey(1))[1])
+    for k in ("target_mean", "actor_loss", "entropy"):  # entropy: the log pi alpha follows
+        assert float(out[0][k]) != pytest.approx(float(out[1][k]), rel=1e-4), k
+
+
 def test_temperature_gradient_raises_alpha_when_the_entropy_is_below_target():
     log_alpha = jnp.asarray(0.0)
     target_entropy = -2.0

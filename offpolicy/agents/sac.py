@@ -13,6 +13,9 @@ For a batch (s, a, r, s', c), c = 0 if s' is terminal else 1, and alpha = exp(lo
   J(alpha)     = -mean log alpha (log pi_phi(a~|s) + H-bar)                  (Eq. 18)
   theta'_i <- tau theta_i + (1 - tau) theta'_i                               (every update)
 H-bar = -|A| (Table 1); the temperature is learned through log alpha, as the authors' code.
+log pi(a~|s) takes the squashing's log-det exactly (App. C, Eq. 21); ``--sac.log-det-eps``
+gives SB3's log(1 - tanh(u)^2 + eps) instead (the ReF-ER ratio below keeps the exact one: the
+log-dets cancel in it).
 Three Adam optimisers (3e-4), batch 256, tau 0.005, gamma 0.99, one update per env step.
 
 Replay. ``per``: each Q's squared error is weighted by PER's importance weights, |y - Q_1|
@@ -140,7 +143,7 @@ class SAC:
         next_obs = batch["next_obs"]
         pi_next = self.stats(state["params"]["actor"], next_obs)
         a_next, info = SQUASHED.sample(key, pi_next["mean"], pi_next["std"])
-        log_pi_next = SQUASHED.log_prob(pi_next, info["pre_tanh"])
+        log_pi_next = SQUASHED.log_prob(pi_next, info["pre_tanh"], self.config.log_det_eps)
         q_next = jnp.min(self.q(state["target_critic"], next_obs, a_next), axis=0)
         soft_value = q_next - jnp.exp(state["log_alpha"]) * log_pi_next
         y = batch["reward"] + self.config.gamma * batch["discount"] * soft_value
@@ -156,7 +159,7 @@ class SAC:
         (1 - beta) KL(mu_t || pi)."""
         pi = self.stats(actor_params, obs)
         action, info = SQUASHED.sample(key, pi["mean"], pi["std"])
-        log_pi = SQUASHED.log_prob(pi, info["pre_tanh"])
+        log_pi = SQUASHED.log_prob(pi, info["pre_tanh"], self.config.log_det_eps)
         q = jnp.min(self.q(critic_params, obs, action), axis=0)
         loss = jnp.mean(weights * (alpha * log_pi - q))
         if behaviour is not None:

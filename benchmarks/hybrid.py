@@ -151,13 +151,13 @@ class OurUpdate:
             tpl = state["params"]
             if algo == "td3":
                 params = torch_to_ours(model.actor.mu, model.critic.q_networks, tpl)
-                targets = {"target": params}
-            else:  # SAC: the critics' targets only (SB3's, as ours, start as copies)
+            else:
                 params = {"actor": sac_actor_to_ours(model.actor, tpl["actor"]),
                           "critic": critics_to_ours(model.critic.q_networks, tpl["critic"])}
-                targets = {"target_critic": params["critic"]}
             params = jax.tree_util.tree_map(jnp.asarray, params)
-            targets = jax.tree_util.tree_map(jnp.asarray, targets)
+            # the targets start as copies (SAC's: the critics' only), in SB3 as in ours
+            targets = ({"target": params} if algo == "td3"
+                       else {"target_critic": params["critic"]})
             state = {**state, "params": params, **targets,
                      "actor_opt": self.agent.actor_opt.init(params["actor"]),
                      "critic_opt": self.agent.critic_opt.init(params["critic"])}

@@ -523,9 +523,10 @@ def cmd_learn(args: argparse.Namespace) -> None:
         raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0")
 
     hybrid_update = args.update == "ours"
-    if hybrid_update and (lib != "sb3" or args.algo not in ("td3", "sac")):
+    sb3_ablation = lib == "sb3" and args.algo in ("td3", "sac")  # benchmarks/hybrid.py's
+    if hybrid_update and not sb3_ablation:
         raise SystemExit("--update ours is defined for --lib sb3 --algo td3 or sac only")
-    if args.init != "own" and (lib != "sb3" or args.algo not in ("td3", "sac")):
+    if args.init != "own" and not sb3_ablation:
         raise SystemExit("--init ours is defined for --lib sb3 --algo td3 or sac only")
     if args.variant != "own" and (lib != "sbx" or args.algo != "td3"):
         raise SystemExit("--variant sb3 is defined for --lib sbx --algo td3 only")

@@ -19,6 +19,15 @@ BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 pytestmark = pytest.mark.skipif(not BENCH_PYTHON.exists(),
                                 reason="no bench venv (make bench-venv)")
 
+# SB3's actor's deterministic actions on the script's ``obs`` for its ``algo``: put before
+# both scripts below (the names resolve when it is called)
+SB3_ACTIONS = r'''
+def sb3_actions(model):
+    with torch.no_grad():
+        o = torch.as_tensor(obs)
+        return (model.actor(o, deterministic=True) if algo == "sac" else model.actor(o)).numpy()
+'''
+
 # SB3's networks after our_initial_draw compute what ours compute from our draw: the actor's
 # deterministic action and both critics' values on random inputs (not just the parameters'
 # round trip, which our_initial_draw checks itself); the targets start equal to the online
@@ -42,15 +51,10 @@ rng = np.random.default_rng(0)
 obs = rng.uniform(-1, 1, (8, *model.observation_space.shape)).astype(np.float32)
 act = rng.uniform(-1, 1, (8, *model.action_space.shape)).astype(np.float32)
 
-def sb3_actions():
-    with torch.no_grad():
-        o = torch.as_tensor(obs)
-        return (model.actor(o, deterministic=True) if algo == "sac" else model.actor(o)).numpy()
-
 ours = np.asarray(agent.policy(params["actor"], obs, jax.random.PRNGKey(0), False)[0])
-assert not np.allclose(sb3_actions(), ours, atol=1e-3)
+assert not np.allclose(sb3_actions(model), ours, atol=1e-3)
 hybrid.our_initial_draw(model, env_id, seed, algo)
-np.testing.assert_allclose(sb3_actions(), ours, atol=2e-6)
+np.testing.assert_allclose(sb3_actions(model), ours, atol=2e-6)
 with torch.no_grad():
     theirs = np.stack([q.numpy()[:, 0] for q in model.critic(torch.as_tensor(obs),
                                                                torch.as_tensor(act))])
@@ -87,11 +91,6 @@ obs = np.random.default_rng(1).uniform(-1, 1, (8, 3)).astype(np.float32)
 def built():
     model = peers.make_baseline("sb3", algo, gym.make("Pendulum-v1"), cfg, 100, 0)
     return model, hybrid.OurUpdate(model, "Pendulum-v1", 0, "own", algo)
-
-def sb3_actions(model):
-    with torch.no_grad():
-        o = torch.as_tensor(obs)
-        return (model.actor(o, deterministic=True) if algo == "sac" else model.actor(o)).numpy()
 
 def our_actions(ours):
     p = ours.agent.acting_params(ours.state)
@@ -239,12 +238,12 @@ def _run(script: str, *args: str) -> None:
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_sb3_from_our_initial_draw_computes_what_ours_computes(algo):
-    _run(INIT_OURS, algo, "Pendulum-v1", str(ROOT / "benchmarks"))
+    _run(SB3_ACTIONS + INIT_OURS, algo, "Pendulum-v1", str(ROOT / "benchmarks"))
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
 def test_our_update_in_sb3s_loop_trains_and_restores(algo):
-    _run(UPDATE_OURS, algo, str(ROOT / "benchmarks"))
+    _run(SB3_ACTIONS + UPDATE_OURS, algo, str(ROOT / "benchmarks"))
 
 
 def test_sbx_td3_with_sb3s_choices_matches_a_step_by_step_reference():

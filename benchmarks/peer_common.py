@@ -351,7 +351,7 @@ def build_parser(
     add_common(tp)
     tp.add_argument("--steps", type=int, required=True, help="timed post-warm-up steps")
     tp.add_argument("--warmup", type=int, default=1000, help=throughput_warmup_help)
-    tp.set_defaults(func=cmd_throughput)
+    tp.set_defaults(func=cmd_throughput, subparser=tp)
 
     lp = sub.add_parser("learn", help=learn_help)
     add_common(lp)
@@ -360,10 +360,18 @@ def build_parser(
     lp.add_argument("--eval-every", type=int, default=10_000)
     lp.add_argument("--eval-episodes", type=int, default=20)
     lp.add_argument("--warmup", type=int, **learn_warmup)
-    lp.set_defaults(func=cmd_learn)
+    lp.set_defaults(func=cmd_learn, subparser=lp)
     return parser
+
+
+class UsageError(ValueError):
+    """Options that parse but do not go together: reported as argparse reports its own errors
+    (the subcommand's usage line, exit status 2)."""
 
 
 def run_cli(parser: argparse.ArgumentParser, argv: list[str] | None) -> None:
     args = parser.parse_args(argv)
-    args.func(args)
+    try:
+        args.func(args)
+    except UsageError as exc:
+        args.subparser.error(str(exc))

@@ -323,9 +323,9 @@ def cmd_throughput(args: argparse.Namespace) -> None:
     steps: int = args.steps
     warmup: int = args.warmup
     if args.update != "own" or args.init != "own" or args.variant != "own":
-        raise SystemExit("--update, --init and --variant apply to learn only")
+        raise pc.UsageError("--update, --init and --variant apply to learn only")
     if steps <= 0 or warmup < 0:
-        raise SystemExit("--steps must be > 0 and --warmup >= 0")
+        raise pc.UsageError("--steps must be > 0 and --warmup >= 0")
     # Skip the first updates (XLA compilation for SBX) for the steady-state rate.
     skip = min(100, steps // 10)
     env = gym.make(args.env)
@@ -520,16 +520,16 @@ def cmd_learn(args: argparse.Namespace) -> None:
     lib: Lib = args.lib
     run_dir = Path(args.run_dir)
     if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0:
-        raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0")
+        raise pc.UsageError("--steps, --eval-every and --eval-episodes must be > 0")
 
     hybrid_update = args.update == "ours"
     sb3_ablation = lib == "sb3" and args.algo in ("td3", "sac")  # benchmarks/hybrid.py's
     if hybrid_update and not sb3_ablation:
-        raise SystemExit("--update ours is defined for --lib sb3 --algo td3 or sac only")
+        raise pc.UsageError("--update ours is defined for --lib sb3 --algo td3 or sac only")
     if args.init != "own" and not sb3_ablation:
-        raise SystemExit("--init ours is defined for --lib sb3 --algo td3 or sac only")
+        raise pc.UsageError("--init ours is defined for --lib sb3 --algo td3 or sac only")
     if args.variant != "own" and (lib != "sbx" or args.algo != "td3"):
-        raise SystemExit("--variant sb3 is defined for --lib sbx --algo td3 only")
+        raise pc.UsageError("--variant sb3 is defined for --lib sbx --algo td3 only")
     settings = pc.learn_settings(lib, args.algo, args, asdict(cfg))
     if hybrid_update or args.init != "own":  # recorded only then: plain runs keep theirs
         settings.update(update=args.update, init=args.init)

@@ -445,7 +445,7 @@ def setup(seed: int) -> None:
 def cmd_throughput(args: argparse.Namespace) -> None:
     steps, warmup = args.steps, args.warmup
     if steps <= 0 or warmup < 0:
-        raise SystemExit("--steps must be > 0 and --warmup >= 0")
+        raise pc.UsageError("--steps must be > 0 and --warmup >= 0")
     setup(args.seed)
     env = gym.make(args.env)
     s = settings_for(env, args)
@@ -500,7 +500,7 @@ def evaluate(agent: Any, env: gym.Env[Any, Any], episodes: int, seed_base: int) 
 def cmd_learn(args: argparse.Namespace) -> None:
     run_dir = Path(args.run_dir)
     if args.steps <= 0 or args.eval_every <= 0 or args.eval_episodes <= 0 or args.warmup < 0:
-        raise SystemExit("--steps, --eval-every and --eval-episodes must be > 0, --warmup >= 0")
+        raise pc.UsageError("--steps, --eval-every and --eval-episodes must be > 0, --warmup >= 0")
     env = gym.make(args.env)
     s = settings_for(env, args)
     settings = pc.learn_settings("pfrl", "acer", args, asdict(s))

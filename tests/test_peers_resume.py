@@ -109,5 +109,21 @@ def test_a_killed_peer_run_continues_from_its_last_evaluation(tmp_path):
     assert json.loads(again.stdout.strip().splitlines()[-1])["skipped"]
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["learn", "--lib", "sbx", "--algo", "td3", "--update", "ours"],
+     "--update ours is defined for --lib sb3"),
+    (["learn", "--lib", "sb3", "--algo", "sac", "--steps", "0"], "--steps, --eval-every"),
+    (["throughput", "--lib", "sb3", "--algo", "td3", "--steps", "10", "--init", "ours"],
+     "apply to learn only")])
+def test_options_that_do_not_go_together_are_usage_errors(tmp_path, argv, message):
+    if argv[0] == "learn":
+        argv = [*argv, "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.run([str(BENCH_PYTHON), str(PEERS), *argv], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"usage: peers.py {argv[0]}" in proc.stderr and message in proc.stderr
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

@@ -76,8 +76,11 @@ SUITES = {
     # baselines-peers' folders: the same runs): our SAC with SB3's 1e-6 inside the log-det of
     # log pi (the one formula the two updates differ in); SB3's SAC loop driving our jitted
     # update from SB3's draw (benchmarks/hybrid.py: as sb3-sac, the gap lies in our loop; as
-    # sac-sb3, in the update as compiled, the log-det's eps included)
-    "sac-ablation": ["sac-sb3", "sb3-sac", "sac-sb3-eps", "sb3-sac-ourupdate"],
+    # sac-sb3, in the update as compiled, the log-det's eps included); our SAC with SB3's
+    # uniformly random warm-up actions (the preset's 100 warm-up steps sample the initial
+    # policy, as every stochastic policy's here; SB3's learning_starts acts uniformly)
+    "sac-ablation": ["sac-sb3", "sb3-sac", "sac-sb3-eps", "sb3-sac-ourupdate",
+                     "sac-sb3-uniform"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
               "naf-refer", "vracer", "vracer-er", "ddpg-refer-mem50k"],
@@ -180,6 +183,7 @@ VARIANTS = {
     "td3-sb3-wait": ("td3", ["--preset", "sb3", "--wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
     "sac-sb3-eps": ("sac", ["--preset", "sb3", "--sac.log-det-eps", "1e-6"]),
+    "sac-sb3-uniform": ("sac", ["--preset", "sb3", "--warmup-actions", "uniform"]),
     # our TD3 with SB3's settings and SBX's initial law (Flax's Dense default), its target
     # cadence (after every critic update), its actor loss (the smaller twin), or all three
     "td3-sb3-flaxinit": ("td3", ["--preset", "sb3", "--td3.init", "flax"]),
@@ -273,7 +277,8 @@ SUITE_COMPARISONS = {
     # sac-sb3-eps and sac-sb3 share our draw and loop, ourupdate and sb3-sac SB3's: paired
     "sac-ablation": [("sac-sb3", "sb3-sac"), ("sac-sb3-eps", "sac-sb3", "paired"),
                      ("sac-sb3-eps", "sb3-sac"), ("sb3-sac-ourupdate", "sb3-sac", "paired"),
-                     ("sac-sb3", "sb3-sac-ourupdate")],
+                     ("sac-sb3", "sb3-sac-ourupdate"), ("sac-sb3-uniform", "sac-sb3", "paired"),
+                     ("sac-sb3-uniform", "sb3-sac")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er"),
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
                  ("ddpg-er-appa", "ddpg-er"), ("ddpg-refer-farpol", "ddpg-refer", "paired"),

@@ -43,9 +43,15 @@ class TrainConfig:
                    le=MAX_SEED)
     warmup_steps: int = _f(
         0, "initial steps with uniformly random actions (deterministic policies; stochastic ones "
-        "sample from their initial policy); updates start once warm-up is over and the replay "
-        "holds batch_size transitions (see --no-wait-for-batch) (ACE authors' code: no warm-up)",
-        ge=0)
+        "sample from their initial policy, see --warmup-actions); updates start once warm-up "
+        "is over and the replay holds batch_size transitions (see --no-wait-for-batch) (ACE "
+        "authors' code: no warm-up)", ge=0)
+    warmup_actions: str = _f(
+        "auto", "what acts during --warmup-steps: uniform (uniformly random actions, as SB3's "
+        "learning_starts), policy (the initial policy: sampled, or with its exploration noise) "
+        "or auto (uniform for deterministic policies, policy for stochastic ones, whose replay "
+        "may record the behaviour density that uniform actions lack)",
+        choices=("auto", "uniform", "policy"))
     wait_for_batch: bool = _f(
         True, "updates wait until replay holds batch_size transitions; off: they start right "
         "after warm-up and sample with replacement from fewer (SB3's learning_starts; "

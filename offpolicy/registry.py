@@ -177,7 +177,8 @@ _TD3_TRAIN = {"batch_size": 100, "warmup_steps": 1000}
 _SB3_START = {"warmup_steps": 100, "wait_for_batch": False}
 _TD3_PRESETS = {"paper": {}, "sb3": {"train": {"batch_size": 256, **_SB3_START}}}
 # SAC (Haarnoja et al. 2018b, Table 1): batch 256, one update per env step; "sb3": SB3's SAC
-# (PyTorch's initialisation, 100 random steps first, updates from step 101)
+# (PyTorch's initialisation, 100 warm-up steps, updates from step 101; the warm-up samples the
+# initial policy, where SB3's acts uniformly: --warmup-actions uniform)
 _SAC_TRAIN = {"batch_size": 256}
 _SAC_PRESETS = {"paper": {}, "sb3": {"init": "torch", "train": dict(_SB3_START)}}
 # DQN: SB3's defaults (batch 32, one update per 4 env steps, 100 steps before learning, target

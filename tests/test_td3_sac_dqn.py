@@ -436,6 +436,51 @@ def test_the_sb3_preset_starts_updates_after_warmup_as_sb3_does(algo):
     assert registry.resolve(algo, preset="paper").train.wait_for_batch
 
 
+@pytest.mark.parametrize("algo,warmup_actions,uniform", [
+    ("sac", "auto", 0), ("sac", "uniform", 30), ("sac", "policy", 0),
+    ("td3", "auto", 30), ("td3", "uniform", 30), ("td3", "policy", 0)])
+def test_warmup_actions_choose_what_acts_during_warmup(tmp_path, monkeypatch, algo,
+                                                      warmup_actions, uniform):
+    """``--warmup-actions``: auto keeps uniformly random warm-up actions for deterministic
+    policies (TD3) and the initial policy's samples for stochastic ones (SAC); uniform is
+    SB3's learning_starts for both; policy lets the initial policy act from the first step."""
+    from offpolicy import registry
+    from offpolicy.training.collector import Collector
+    from offpolicy.training.run import Run
+
+    drawn = []
+    random_actions = Collector.random_actions
+
+    def spy(self):
+        drawn.append(1)
+        return random_actions(self)
+
+    monkeypatch.setattr(Collector, "random_actions", spy)
+    run = registry.resolve(algo, train_overrides={
+        "env": "Pendulum-v1", "steps": 40, "batch_size": 8, "eval_every": 40,
+        "eval_episodes": 1, "quiet": True, "warmup_steps": 30,
+        "warmup_actions": warmup_actions}, agent_overrides={"hidden": (8,)})
+    r = Run(run, tmp_path / "run")
+    r.train(final_eval=False)
+    assert len(drawn) == uniform and r.learner.updates == 10
+
+
+def test_uniform_warmup_is_refused_where_replay_records_the_behaviour_policy(tmp_path):
+    """ReF-ER on SAC records (m, s, u) of each action: a uniform warm-up action has none."""
+    from offpolicy import registry
+    from offpolicy.errors import OffpolicyError
+    from offpolicy.training.run import Run
+
+    run = registry.resolve("sac", preset="sb3", train_overrides={
+        "env": "Pendulum-v1", "steps": 8, "quiet": True, "replay": "refer",
+        "warmup_actions": "uniform"})
+    with pytest.raises(OffpolicyError, match="--warmup-actions policy"):
+        Run(run, tmp_path / "run")
+    ok = registry.resolve("sac", preset="sb3", train_overrides={
+        "env": "Pendulum-v1", "steps": 8, "quiet": True, "warmup_actions": "uniform"})
+    Run(ok, tmp_path / "ok").close()
+
+
 @pytest.mark.parametrize("algo,env,agent", [
     ("td3", "Pendulum-v1", {"hidden": (8,)}),
     ("sac", "Pendulum-v1", {"hidden": (8,)}),

@@ -20,7 +20,14 @@ import numpy as np
 
 from offpolicy import registry
 from offpolicy.agents.acting import HostPolicy
-from offpolicy.agents.base import AgentContext, Contract, check_agent, contract, discount
+from offpolicy.agents.base import (
+    CORE_STATE,
+    AgentContext,
+    Contract,
+    check_agent,
+    contract,
+    discount,
+)
 from offpolicy.envs.make import (
     action_spec,
     frame_stack,
@@ -63,7 +70,8 @@ class Parts:
                          sink if sink is not None else self.learner.sink(), self.policy,
                          self.learner.acting_state(), self.agent.exploration_noise,
                          self.agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
-                         tc.clip_reward, self.contract.core, tc.observe_action_reward)
+                         tc.clip_reward, self.contract.core, tc.observe_action_reward,
+                         tc.warmup_actions)
 
 
 def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
@@ -88,6 +96,7 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     _check_distributed(run, agent, contract)
     _check_cadence(run, contract, agent)
     _check_update_start(run, agent)
+    _check_warmup_actions(run, agent)
     if contract.stored_return is not None:
         _check_stored_returns(run, episode_steps)
     # with --collector-replay the collectors keep the replays; the learner needs none
@@ -173,7 +182,8 @@ def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0
     collector = Collector(tc.env, k, seed, spec, sink, HostPolicy(agent.policy, seed + 6),
                           ActingState(-1, None, normalizer), agent.exploration_noise,
                           agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
-                          tc.clip_reward, contract(agent).core, tc.observe_action_reward)
+                          tc.clip_reward, contract(agent).core, tc.observe_action_reward,
+                          tc.warmup_actions)
     return collector, local
 
 
@@ -245,6 +255,21 @@ def _check_update_start(run: registry.RunConfig, agent) -> None:
             "--no-wait-for-batch with --replay-statistics would take the observation and reward "
             "statistics from the first few transitions (they are read from replay at the first "
             "update): drop one of them")
+
+
+def _check_warmup_actions(run: registry.RunConfig, agent) -> None:
+    """Uniform warm-up actions of a stochastic policy (no host noise) have no behaviour
+    density (mean, std, probabilities) for replay to record: refused where one is recorded."""
+    tc = run.train
+    if tc.warmup_actions != "uniform" or tc.warmup_steps == 0:
+        return
+    density = sorted(set(agent.behaviour_fields) - {CORE_STATE})
+    if agent.exploration_noise is None and density:
+        raise OffpolicyError(
+            f"--warmup-actions uniform: {run.algo} here records the behaviour policy of every "
+            f"action ({', '.join(density)}; {tc.replay} replay or the algorithm needs it), "
+            "which uniformly random actions do not have; use --warmup-actions policy (its "
+            "initial policy samples the warm-up) or --warmup-steps 0")
 
 
 def _check_cadence(run: registry.RunConfig, contract: Contract, agent) -> None:

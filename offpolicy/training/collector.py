@@ -92,15 +92,27 @@ def apply_chunk(chunk: dict[str, Any], sink: Sink) -> None:
                            {k[len("extra."):]: chunk[k][i] for k in extras})
 
 
+def uniform_warmup(warmup_actions: str, warmup_steps: int, noise: NoiseSpec | None) -> int:
+    """How many of the first steps act uniformly at random. ``auto``: all warm-up steps of a
+    deterministic policy (host noise), none of a stochastic one (no host noise), which warms
+    up by sampling from its initial policy: uniform actions carry no behaviour density for
+    replay to record (``build`` refuses ``uniform`` where one is recorded)."""
+    if warmup_actions == "auto":
+        return warmup_steps if noise is not None else 0
+    return warmup_steps if warmup_actions == "uniform" else 0
+
+
 class Collector:
     def __init__(self, env_id: str, num_envs: int, seed: int, spec: ActionSpec, sink: Sink,
                  policy: HostPolicy, acting, noise: NoiseSpec | None, behaviour_fields: dict,
                  warmup_steps: int = 0, asynchronous: bool = False, clip_reward: float = 0.0,
-                 core: CoreSpec | None = None, observe_action_reward: bool = False):
+                 core: CoreSpec | None = None, observe_action_reward: bool = False,
+                 warmup_actions: str = "auto"):
         """``acting``: the learner's ``ActingState`` to start with (:meth:`set_acting`);
         ``core``: the agent's recurrent core, whose memory of each episode the collector
         keeps (:class:`~offpolicy.agents.acting.HostMemory`); ``observe_action_reward``:
-        the env copies' observations end with the previous action and reward."""
+        the env copies' observations end with the previous action and reward;
+        ``warmup_actions``: what acts during the ``warmup_steps`` (:func:`uniform_warmup`)."""
         self.env_id, self.num_envs, self.seed, self.spec = env_id, num_envs, seed, spec
         self.sink, self.policy = sink, policy
         self.envs = EnvCopies(env_id, num_envs, seed, spec, asynchronous,
@@ -109,9 +121,7 @@ class Collector:
         self.noise = (HostNoise(noise, spec.dim, num_envs,
                                 np.random.Generator(np.random.PCG64(seed + 1)))
                       if noise is not None else None)
-        # uniform warm-up actions carry no behaviour density: stochastic policies (no host
-        # noise) warm up by sampling from their initial policy, which replay records
-        self.uniform_warmup_steps = warmup_steps if noise is not None else 0
+        self.uniform_warmup_steps = uniform_warmup(warmup_actions, warmup_steps, noise)
         self.clip_reward = float(clip_reward)  # > 0: the sink gets clip(r, -c, c)
         # behaviour info of random warm-up actions: -1 for integer fields (no actor chose it)
         self.default_info = {k: np.full((num_envs, *s), -1 if np.dtype(d).kind in "iu" else 0, d)

@@ -42,15 +42,16 @@ class TrainConfig:
     seed: int = _f(0, "random seed (networks, replay sampling, exploration, env resets)", ge=0,
                    le=MAX_SEED)
     warmup_steps: int = _f(
-        0, "initial steps with uniformly random actions (deterministic policies; stochastic ones "
-        "sample from their initial policy, see --warmup-actions); updates start once warm-up "
+        0, "initial steps before updates: uniformly random actions for policies with host "
+        "noise, the initial policy's samples for the others (see --warmup-actions); updates "
+        "start once warm-up "
         "is over and the replay holds batch_size transitions (see --no-wait-for-batch) (ACE "
         "authors' code: no warm-up)", ge=0)
     warmup_actions: str = _f(
         "auto", "what acts during --warmup-steps: uniform (uniformly random actions, as SB3's "
         "learning_starts), policy (the initial policy: sampled, or with its exploration noise) "
-        "or auto (uniform for deterministic policies, policy for stochastic ones, whose replay "
-        "may record the behaviour density that uniform actions lack)",
+        "or auto (uniform for policies with host exploration noise, policy for the others, "
+        "whose replay may record the behaviour density that uniform actions lack)",
         choices=("auto", "uniform", "policy"))
     wait_for_batch: bool = _f(
         True, "updates wait until replay holds batch_size transitions; off: they start right "

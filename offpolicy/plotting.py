@@ -272,20 +272,48 @@ def _labels(keys: list[dict[str, str]]) -> list[str]:
     return labels
 
 
+def _resolved_defaults(algo: str | None, preset: str | None, env: str | None
+                       ) -> dict[str, str] | None:
+    """The flattened config ``algo`` and ``preset`` resolve to on ``env`` today (None where
+    they do not resolve: a peer's folder name, a preset since removed)."""
+    from offpolicy import registry
+
+    try:
+        run = registry.resolve(str(algo), preset=None if preset in (None, "None") else preset,
+                               train_overrides={"env": env} if env and env != "?" else None)
+    except (OffpolicyError, KeyError, ValueError, TypeError):
+        return None
+    return _flat(run.to_dict())
+
+
 def _fill_missing(cfgs: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Fields a newer version added to config.yaml (``train.sync_every``...) are missing from
-    older runs: among runs of one algorithm and env, a field that every run having it sets
-    to one value is taken to have that value where it is missing."""
+    """Fields a newer version added to config.yaml (``train.sync_every``,
+    ``train.warmup_actions``...) are missing from older runs. Such a run loads with the field's
+    value as its algorithm and preset resolve today (a new field's default keeps the older
+    behaviour), and so it is filled here; where they do not resolve, among runs of one
+    algorithm and env a field that every run having it sets to one value is taken to have
+    that value."""
     by: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     for cfg in cfgs:
         by[(cfg.get("algo"), cfg.get("train.env"))].append(cfg)
-    for group in by.values():
-        for f in set().union(*group) - {"preset"}:
-            values = {c[f] for c in group if f in c}
-            if len(values) == 1:
-                value = values.pop()
-                for c in group:
-                    c.setdefault(f, value)
+    defaults: dict[tuple, dict[str, str] | None] = {}
+    for (algo, env), group in by.items():
+        fields = set().union(*group) - {"preset"}
+        for c in group:
+            missing = fields - set(c)
+            if not missing:
+                continue
+            key = (algo, c.get("preset"), env)
+            if key not in defaults:
+                defaults[key] = _resolved_defaults(*key)
+            resolved = defaults[key]
+            for f in missing:
+                if resolved is not None and f in resolved:
+                    c[f] = resolved[f]
+                else:
+                    values = {g[f] for g in group if f in g}
+                    if len(values) == 1:
+                        c[f] = next(iter(values))
     return cfgs
 
 

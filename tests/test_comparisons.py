@@ -91,3 +91,22 @@ def test_a_run_from_an_older_config_yaml_is_the_same_configuration(tmp_path):
     (old / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     groups = group_by_env([old, new, fast])["HalfCheetah-v5"]
     assert groups == {"ddpg preset=fast": [fast], "ddpg preset=paper": [old, new]}
+
+
+def test_a_field_an_older_run_lacks_takes_the_value_it_loads_with(tmp_path):
+    """An older run without a newer field (train.warmup_actions) is filled with the value its
+    algorithm and preset resolve to (what loading it gives, the older behaviour), not with
+    the value the newer runs beside it happen to share: it groups with the newer run of the
+    default, apart from the newer runs that set the field."""
+    r = tmp_path / "runs"
+    old = _run(r, "old-s0", "sac", "HalfCheetah-v5", 0, 2000, preset="sb3")
+    uniform = [_run(r, f"uniform-s{s}", "sac", "HalfCheetah-v5", s, 2000, preset="sb3",
+                    warmup_actions="uniform") for s in (1, 2)]
+    cfg = yaml.safe_load((old / "config.yaml").read_text())
+    del cfg["train"]["warmup_actions"]
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert group_by_env([old, *uniform])["HalfCheetah-v5"] == {
+        "sac warmup_actions=auto": [old], "sac warmup_actions=uniform": uniform}
+    new = _run(r, "new-s3", "sac", "HalfCheetah-v5", 3, 2000, preset="sb3")
+    groups = group_by_env([old, new, *uniform])["HalfCheetah-v5"]
+    assert groups["sac warmup_actions=auto"] == [old, new]

@@ -169,7 +169,8 @@ class Collector:
     # ------------------------------------------------------------------ acting
     def act(self, step: int, greedy: tuple | None = None) -> tuple[np.ndarray, dict]:
         """The exploring actions [K, m] and their behaviour info at training ``step``: uniform
-        during warm-up (deterministic policies), else ``greedy`` (an update's fused action)
+        in the first ``uniform_warmup_steps`` (:func:`uniform_warmup`), else ``greedy`` (an
+        update's fused action)
         or the policy's on the current parameters, plus the host noise. A recurrent core's
         memory moves on with every step, warm-up included."""
         if step < self.uniform_warmup_steps:

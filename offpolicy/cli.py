@@ -282,7 +282,8 @@ def cmd_plot(argv: list[str]) -> int:
         dirs = [d for d in dirs if d not in missing]
     existed = target.exists()
     with _writing(target):
-        out = plot_envs(group_by_env(dirs), target, a.title, a.metric, a.log)
+        groups = group_by_env(dirs, registry.resolved_flat)
+        out = plot_envs(groups, target, a.title, a.metric, a.log)
     print(f"wrote {out}" + (" (replacing the file there)" if existed else ""))
     return 0
 
@@ -297,7 +298,7 @@ def cmd_table(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from offpolicy.plotting import format_table, group_by_env, table_rows
 
-    by_env = group_by_env(_run_dirs(a.runs))
+    by_env = group_by_env(_run_dirs(a.runs), registry.resolved_flat)
     print("\n\n".join(f"{env}\n\n{format_table(table_rows(groups))}"
                       for env, groups in by_env.items()))
     return 0

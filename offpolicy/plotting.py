@@ -6,7 +6,9 @@ import csv
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -224,11 +226,12 @@ NOT_CONFIG = {"train.seed", "train.steps", "train.quiet", "train.log_every",
               "train.ray_address"}
 
 
-def _flat(d: dict, prefix: str = "") -> dict[str, str]:
+def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    """A config dict as config.yaml holds it, flattened: ``train.replay`` -> its value as text."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out |= _flat(v, f"{prefix}{k}.")
+            out |= flatten(v, f"{prefix}{k}.")
         else:
             out[f"{prefix}{k}"] = (" ".join(map(str, v)) if isinstance(v, (list, tuple))
                                    else f"{v:g}" if isinstance(v, float) else str(v))
@@ -247,7 +250,7 @@ def run_config(run_dir: Path) -> dict[str, str]:
         raise OffpolicyError(f"cannot read {path}: {' '.join(str(e).split())[:200]}") from e
     if not isinstance(cfg, dict):
         return {"algo": Path(run_dir).parent.name or Path(run_dir).name, "train.env": "?"}
-    return _flat(cfg)
+    return flatten(cfg)
 
 
 def _short(field: str) -> str:
@@ -272,27 +275,18 @@ def _labels(keys: list[dict[str, str]]) -> list[str]:
     return labels
 
 
-def _resolved_defaults(algo: str | None, preset: str | None, env: str | None
-                       ) -> dict[str, str] | None:
-    """The flattened config ``algo`` and ``preset`` resolve to on ``env`` today (None where
-    they do not resolve: a peer's folder name, a preset since removed)."""
-    from offpolicy import registry
-
-    try:
-        run = registry.resolve(str(algo), preset=None if preset in (None, "None") else preset,
-                               train_overrides={"env": env} if env and env != "?" else None)
-    except (OffpolicyError, KeyError, ValueError, TypeError):
-        return None
-    return _flat(run.to_dict())
+Resolved = Callable[[Any, Any, Any], "dict[str, str] | None"]
 
 
-def _fill_missing(cfgs: list[dict[str, str]]) -> list[dict[str, str]]:
+def _fill_missing(cfgs: list[dict[str, str]], resolved: Resolved | None = None
+                  ) -> list[dict[str, str]]:
     """Fields a newer version added to config.yaml (``train.sync_every``,
     ``train.warmup_actions``...) are missing from older runs. Such a run loads with the field's
     value as its algorithm and preset resolve today (a new field's default keeps the older
-    behaviour), and so it is filled here; where they do not resolve, among runs of one
-    algorithm and env a field that every run having it sets to one value is taken to have
-    that value."""
+    behaviour): ``resolved(algo, preset, env)`` gives that flattened config
+    (``registry.resolved_flat``), and the run is filled from it; without it, or where it
+    gives None, among runs of one algorithm and env a field that every run having it sets to
+    one value is taken to have that value."""
     by: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     for cfg in cfgs:
         by[(cfg.get("algo"), cfg.get("train.env"))].append(cfg)
@@ -305,7 +299,7 @@ def _fill_missing(cfgs: list[dict[str, str]]) -> list[dict[str, str]]:
                 continue
             key = (algo, c.get("preset"), env)
             if key not in defaults:
-                defaults[key] = _resolved_defaults(*key)
+                defaults[key] = resolved(*key) if resolved is not None else None
             resolved = defaults[key]
             for f in missing:
                 if resolved is not None and f in resolved:
@@ -323,13 +317,15 @@ def _identity(cfg: dict[str, str], *also_ignored: str) -> tuple:
                         and k != "train.env" and k not in also_ignored))
 
 
-def group_by_env(run_dirs: list[Path]) -> dict[str, dict[str, list[Path]]]:
+def group_by_env(run_dirs: list[Path], resolved: Resolved | None = None
+                 ) -> dict[str, dict[str, list[Path]]]:
     """Runs grouped by env, then by configuration (the resolved config but for the seed, the
     length and logging): env -> label -> run directories. Labels name the algorithm and what
-    differs between its configurations; runs of different envs never share a group."""
+    differs between its configurations; runs of different envs never share a group.
+    ``resolved``: what fills fields older runs lack (:func:`_fill_missing`)."""
     by_env: dict[str, dict[tuple, list[Path]]] = defaultdict(dict)
     configs: dict[tuple, dict[str, str]] = {}
-    cfgs = _fill_missing([run_config(r) for r in run_dirs])
+    cfgs = _fill_missing([run_config(r) for r in run_dirs], resolved)
     # a run written before config.yaml named the preset (preset: None) is the same
     # configuration as one that names it when every resolved field agrees
     named = defaultdict(set)

@@ -458,3 +458,18 @@ def replay_settings(tc: C.TrainConfig):
     return ReplaySettings(tc.replay, tc.refer_c, tc.refer_anneal, tc.refer_far_fraction,
                           tc.refer_beta0, tc.refer_beta_step, tc.refer_rho_max, tc.per_alpha,
                           tc.per_beta0, tc.replay_diagnostics)
+
+
+def resolved_flat(algo: Any, preset: Any, env: Any) -> dict[str, str] | None:
+    """The flattened config (``plotting.flatten``) that ``algo`` and ``preset`` resolve to on
+    ``env`` today, or None where they do not resolve (a peer's folder name, a preset since
+    removed): ``plotting.group_by_env`` fills the fields an older run's config.yaml lacks from
+    it, as loading that run does."""
+    from offpolicy.plotting import flatten
+
+    try:
+        run = resolve(str(algo), preset=None if preset in (None, "None") else str(preset),
+                      train_overrides={"env": env} if env and env != "?" else None)
+    except (OffpolicyError, KeyError, ValueError, TypeError):
+        return None
+    return flatten(run.to_dict())

@@ -105,8 +105,8 @@ def test_a_field_an_older_run_lacks_takes_the_value_it_loads_with(tmp_path):
     cfg = yaml.safe_load((old / "config.yaml").read_text())
     del cfg["train"]["warmup_actions"]
     (old / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    assert group_by_env([old, *uniform])["HalfCheetah-v5"] == {
+    assert group_by_env([old, *uniform], registry.resolved_flat)["HalfCheetah-v5"] == {
         "sac warmup_actions=auto": [old], "sac warmup_actions=uniform": uniform}
     new = _run(r, "new-s3", "sac", "HalfCheetah-v5", 3, 2000, preset="sb3")
-    groups = group_by_env([old, new, *uniform])["HalfCheetah-v5"]
+    groups = group_by_env([old, new, *uniform], registry.resolved_flat)["HalfCheetah-v5"]
     assert groups["sac warmup_actions=auto"] == [old, new]

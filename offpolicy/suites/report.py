@@ -209,6 +209,7 @@ def sample_efficiency(groups: dict[str, list[Path]], threshold: float) -> str:
 def mixed_configs(groups: dict[str, list[Path]]) -> str:
     """A warning for each entry whose runs do not share one configuration (but the seed,
     length and logging): a table row must average like with like."""
+    from offpolicy import registry
     from offpolicy.plotting import group_by_env
 
     out = []
@@ -216,8 +217,8 @@ def mixed_configs(groups: dict[str, list[Path]]) -> str:
         with_config = [d for d in dirs if (d / "config.yaml").exists()]
         if len(with_config) < 2:
             continue
-        parts = [label for env_groups in group_by_env(with_config).values()
-                 for label in env_groups]
+        groups = group_by_env(with_config, registry.resolved_flat)
+        parts = [label for env_groups in groups.values() for label in env_groups]
         if len(parts) > 1:
             out.append(f"\nWarning: the runs of {entry} do not share one configuration "
                        f"({'; '.join(parts)}): its row averages them together.\n")

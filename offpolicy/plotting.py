@@ -300,10 +300,10 @@ def _fill_missing(cfgs: list[dict[str, str]], resolved: Resolved | None = None
             key = (algo, c.get("preset"), env)
             if key not in defaults:
                 defaults[key] = resolved(*key) if resolved is not None else None
-            resolved = defaults[key]
+            loads_with = defaults[key]
             for f in missing:
-                if resolved is not None and f in resolved:
-                    c[f] = resolved[f]
+                if loads_with is not None and f in loads_with:
+                    c[f] = loads_with[f]
                 else:
                     values = {g[f] for g in group if f in g}
                     if len(values) == 1:

@@ -110,3 +110,11 @@ def test_a_field_an_older_run_lacks_takes_the_value_it_loads_with(tmp_path):
     new = _run(r, "new-s3", "sac", "HalfCheetah-v5", 3, 2000, preset="sb3")
     groups = group_by_env([old, new, *uniform], registry.resolved_flat)["HalfCheetah-v5"]
     assert groups["sac warmup_actions=auto"] == [old, new]
+    # a second older run of another preset: each is filled from its own preset's config
+    paper = _run(r, "old-paper-s4", "sac", "HalfCheetah-v5", 4, 2000)
+    cfg = yaml.safe_load((paper / "config.yaml").read_text())
+    del cfg["train"]["warmup_actions"]
+    (paper / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    groups = group_by_env([old, paper, new, *uniform], registry.resolved_flat)["HalfCheetah-v5"]
+    assert [old, new] in groups.values() and [paper] in groups.values()
+    assert uniform in groups.values() and len(groups) == 3

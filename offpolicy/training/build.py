@@ -66,12 +66,21 @@ class Parts:
         """The training env copies, acting with the learner's current parameters and writing
         to ``sink`` (default: the learner's)."""
         tc = self.run.train
-        return Collector(tc.env, tc.num_envs, tc.seed, self.spec,
-                         sink if sink is not None else self.learner.sink(), self.policy,
-                         self.learner.acting_state(), self.agent.exploration_noise,
-                         self.agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
-                         tc.clip_reward, self.contract.core, tc.observe_action_reward,
-                         tc.warmup_actions)
+        return _collector(tc, tc.num_envs, tc.seed, self.spec,
+                          sink if sink is not None else self.learner.sink(), self.policy,
+                          self.learner.acting_state(), self.agent, self.contract.core)
+
+
+def _collector(tc, num_envs: int, seed: int, spec: ActionSpec, sink: Sink, policy: HostPolicy,
+               acting: ActingState, agent, core) -> Collector:
+    """``agent``'s collector over ``num_envs`` copies of the run's env, with its warm-up,
+    reward clipping and observation settings (the learner's and a remote collector's)."""
+    return Collector(tc.env, num_envs, seed, spec, sink, policy, acting,
+                     agent.exploration_noise, agent.behaviour_fields,
+                     warmup_steps=tc.warmup_steps, asynchronous=tc.async_envs,
+                     clip_reward=tc.clip_reward, core=core,
+                     observe_action_reward=tc.observe_action_reward,
+                     warmup_actions=tc.warmup_actions)
 
 
 def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
@@ -179,11 +188,8 @@ def build_collector(run: registry.RunConfig, index: int, incarnation: int = 0
                             dict(agent.behaviour_fields), k, agent.data,
                             tc.collector_replay_unrolls, seed + 2)
         sink = TeeSink(sink, local.replay)
-    collector = Collector(tc.env, k, seed, spec, sink, HostPolicy(agent.policy, seed + 6),
-                          ActingState(-1, None, normalizer), agent.exploration_noise,
-                          agent.behaviour_fields, tc.warmup_steps, tc.async_envs,
-                          tc.clip_reward, contract(agent).core, tc.observe_action_reward,
-                          tc.warmup_actions)
+    collector = _collector(tc, k, seed, spec, sink, HostPolicy(agent.policy, seed + 6),
+                           ActingState(-1, None, normalizer), agent, contract(agent).core)
     return collector, local
 
 

@@ -50,8 +50,12 @@ SUITES = {
     "ddpg-parity": ["ddpg", "ddpg-sb3", "sb3-ddpg", "sbx-ddpg", "ddpg-input1", "ddpg-torch-init",
                     "ddpg-lr1e-3", "ddpg-gaussian"],
     # issue 33: our TD3 and SAC with SB3's defaults (--preset sb3) against SB3's and SBX's
-    # (benchmarks/peers.py --algo td3|sac; HalfCheetah-v5 and Hopper-v5, 100k steps, 5 seeds)
-    "baselines-peers": ["td3-sb3", "sb3-td3", "sbx-td3", "sac-sb3", "sb3-sac", "sbx-sac"],
+    # (benchmarks/peers.py --algo td3|sac; HalfCheetah-v5 and Hopper-v5, 100k steps, 5 seeds);
+    # sac-sb3-policy: our SAC's sb3 preset before its warm-up acted uniformly, as SB3's does
+    # (its 100 warm-up steps sampled the initial policy). On HalfCheetah-v5 sac-sb3 links
+    # sac-ablation's sac-sb3-uniform folder: the same runs (the same resolved config)
+    "baselines-peers": ["td3-sb3", "sb3-td3", "sbx-td3", "sac-sb3", "sb3-sac", "sbx-sac",
+                        "sac-sb3-policy"],
     # issue 33's loop ablation (HalfCheetah-v5, 40k steps, 5 seeds): SB3's TD3 loop driving
     # our jitted update, from SB3's initial weights and from ours (benchmarks/hybrid.py); our
     # loop with updates from step 101, as SB3's (--preset sb3 since the ablation) and waiting
@@ -70,16 +74,19 @@ SUITES = {
     "td3-sbx-ablation": ["td3-sb3", "td3-sb3-sbx", "td3-sb3-flaxinit", "td3-sb3-sbxtarget",
                          "td3-sb3-minq", "sb3-td3", "sbx-td3", "sbx-td3-sb3"],
     # the same question for SAC's initial draw: SB3's SAC from our initialiser's draw
-    # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5)
-    "sac-init-ablation": ["sac-sb3", "sb3-sac", "sb3-sac-ourinit"],
-    # where our SAC and SB3's part (HalfCheetah-v5, 100k steps; link sac-sb3 and sb3-sac to
-    # baselines-peers' folders: the same runs): our SAC with SB3's 1e-6 inside the log-det of
+    # (--preset sb3: torch's law) beside SB3's own and ours (--env HalfCheetah-v5 / Hopper-v5;
+    # ours as the sb3 preset ran then, its warm-up sampling the initial policy)
+    "sac-init-ablation": ["sac-sb3-policy", "sb3-sac", "sb3-sac-ourinit"],
+    # where our SAC and SB3's part (HalfCheetah-v5, 100k steps; ours as the sb3 preset ran
+    # then, sac-sb3-policy; link it and sb3-sac to baselines-peers' folders: the same runs):
+    # our SAC with SB3's 1e-6 inside the log-det of
     # log pi (the one formula the two updates differ in); SB3's SAC loop driving our jitted
     # update from SB3's draw (benchmarks/hybrid.py: as sb3-sac, the gap lies in our loop; as
-    # sac-sb3, in the update as compiled, the log-det's eps included); our SAC with SB3's
-    # uniformly random warm-up actions (the preset's 100 warm-up steps sample the initial
-    # policy, as every stochastic policy's here; SB3's learning_starts acts uniformly)
-    "sac-ablation": ["sac-sb3", "sb3-sac", "sac-sb3-eps", "sb3-sac-ourupdate",
+    # sac-sb3-policy, in the update as compiled, the log-det's eps included); our SAC with SB3's
+    # uniformly random warm-up actions (the preset's 100 warm-up steps sampled the initial
+    # policy, as every stochastic policy's does under auto; SB3's learning_starts acts
+    # uniformly): what --preset sb3 does since
+    "sac-ablation": ["sac-sb3-policy", "sb3-sac", "sac-sb3-eps", "sb3-sac-ourupdate",
                      "sac-sb3-uniform"],
     # ReF-ER paper Fig. 1-5 analogue (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "refer": ["ddpg-er", "ddpg-per", "ddpg-refer", "ddpg-refer1", "ddpg-refer2", "naf",
@@ -182,7 +189,10 @@ VARIANTS = {
     # our TD3 as --preset sb3 ran before it started updates at step 101 (SB3's learning_starts)
     "td3-sb3-wait": ("td3", ["--preset", "sb3", "--wait-for-batch"]),
     "sac-sb3": ("sac", ["--preset", "sb3"]),
-    "sac-sb3-eps": ("sac", ["--preset", "sb3", "--sac.log-det-eps", "1e-6"]),
+    # the sb3 preset as it ran before its warm-up acted uniformly (and with SB3's log-det eps)
+    "sac-sb3-policy": ("sac", ["--preset", "sb3", "--warmup-actions", "policy"]),
+    "sac-sb3-eps": ("sac", ["--preset", "sb3", "--warmup-actions", "policy",
+                            "--sac.log-det-eps", "1e-6"]),
     "sac-sb3-uniform": ("sac", ["--preset", "sb3", "--warmup-actions", "uniform"]),
     # our TD3 with SB3's settings and SBX's initial law (Flax's Dense default), its target
     # cadence (after every critic update), its actor loss (the smaller twin), or all three
@@ -245,7 +255,8 @@ VARIANTS = {
 SUITE_COMPARISONS = {
     "ddpg-peers": [("ddpg", "sb3-ddpg"), ("ddpg", "sbx-ddpg"), ("ddpg-lr1e-3", "sb3-ddpg")],
     "baselines-peers": [("td3-sb3", "sb3-td3"), ("td3-sb3", "sbx-td3"), ("sac-sb3", "sb3-sac"),
-                        ("sac-sb3", "sbx-sac")],
+                        ("sac-sb3", "sbx-sac"), ("sac-sb3-policy", "sb3-sac"),
+                        ("sac-sb3", "sac-sb3-policy", "paired")],
     "ddpg-parity": [("ddpg", "sb3-ddpg"), ("ddpg-sb3", "sb3-ddpg"), ("ddpg-input1", "sb3-ddpg"),
                     ("ddpg", "sbx-ddpg"), ("ddpg-sb3", "sbx-ddpg"), ("ddpg-input1", "sbx-ddpg"),
                     ("ddpg-input1", "ddpg"), ("ddpg-torch-init", "ddpg"),
@@ -272,12 +283,15 @@ SUITE_COMPARISONS = {
                          ("td3-sb3", "sbx-td3"), ("sbx-td3", "sb3-td3"),
                          # SBX's loop and update with SB3's choices: as SBX, or as SB3?
                          ("sbx-td3-sb3", "sbx-td3", "paired"), ("sbx-td3-sb3", "sb3-td3")],
-    "sac-init-ablation": [("sac-sb3", "sb3-sac"), ("sb3-sac-ourinit", "sb3-sac", "paired"),
-                          ("sac-sb3", "sb3-sac-ourinit", "paired")],
-    # sac-sb3-eps and sac-sb3 share our draw and loop, ourupdate and sb3-sac SB3's: paired
-    "sac-ablation": [("sac-sb3", "sb3-sac"), ("sac-sb3-eps", "sac-sb3", "paired"),
+    "sac-init-ablation": [("sac-sb3-policy", "sb3-sac"),
+                          ("sb3-sac-ourinit", "sb3-sac", "paired"),
+                          ("sac-sb3-policy", "sb3-sac-ourinit", "paired")],
+    # sac-sb3-eps, -policy and -uniform share our draw and loop, ourupdate and sb3-sac SB3's
+    "sac-ablation": [("sac-sb3-policy", "sb3-sac"),
+                     ("sac-sb3-eps", "sac-sb3-policy", "paired"),
                      ("sac-sb3-eps", "sb3-sac"), ("sb3-sac-ourupdate", "sb3-sac", "paired"),
-                     ("sac-sb3", "sb3-sac-ourupdate"), ("sac-sb3-uniform", "sac-sb3", "paired"),
+                     ("sac-sb3-policy", "sb3-sac-ourupdate"),
+                     ("sac-sb3-uniform", "sac-sb3-policy", "paired"),
                      ("sac-sb3-uniform", "sb3-sac")],
     "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er"),
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),

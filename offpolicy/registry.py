@@ -45,6 +45,13 @@ MUJOCO_EPISODE = 1_000  # Gymnasium's MuJoCo time limit
 REFER_HALF_MEMORY = frozenset({"ddpg", "naf"})
 
 
+# training fields config.yaml gained after runs were saved without them, with the value
+# those runs had: a saved config that lacks one loads with it, whatever a preset sets today
+# (before --warmup-actions, a stochastic policy's warm-up sampled it: auto; SAC's sb3 preset
+# now acts uniformly, as SB3 does)
+SAVED_BEFORE: dict[str, Any] = {"warmup_actions": "auto"}
+
+
 def refer_memory(steps: int, num_envs: int = 1) -> int:
     """The default memory of DDPG and NAF under ``--replay refer*`` when no flag, preset or
     file sets ``--buffer-size``: half the run, within [10 000, 2^18], and at least one
@@ -177,10 +184,12 @@ _TD3_TRAIN = {"batch_size": 100, "warmup_steps": 1000}
 _SB3_START = {"warmup_steps": 100, "wait_for_batch": False}
 _TD3_PRESETS = {"paper": {}, "sb3": {"train": {"batch_size": 256, **_SB3_START}}}
 # SAC (Haarnoja et al. 2018b, Table 1): batch 256, one update per env step; "sb3": SB3's SAC
-# (PyTorch's initialisation, 100 warm-up steps, updates from step 101; the warm-up samples the
-# initial policy, where SB3's acts uniformly: --warmup-actions uniform)
+# (PyTorch's initialisation, 100 warm-up steps of uniformly random actions, updates from step
+# 101). Under ReF-ER or --replay-diagnostics its warm-up samples the initial policy instead
+# (replay records the behaviour density, which uniform actions lack: resolve)
 _SAC_TRAIN = {"batch_size": 256}
-_SAC_PRESETS = {"paper": {}, "sb3": {"init": "torch", "train": dict(_SB3_START)}}
+_SAC_PRESETS = {"paper": {}, "sb3": {"init": "torch",
+                                     "train": {**_SB3_START, "warmup_actions": "uniform"}}}
 # DQN: SB3's defaults (batch 32, one update per 4 env steps, 100 steps before learning, target
 # copied every 10 000 env steps = 2 500 updates); "paper": the Nature paper's Atari setting
 # (Extended Data Table 1: RMSProp 2.5e-4, replay 1M, target every 10 000 updates, epsilon 1 ->
@@ -305,13 +314,17 @@ class RunConfig:
                                  f"not {requested.algo}")
         new_t, old_t = C.to_dict(requested.train), C.to_dict(self.train)
         new_a, old_a = C.to_dict(requested.agent), C.to_dict(self.agent)
-        changed = [k for k in train_fields if k in new_t and new_t[k] != old_t[k]
-                   and k not in self.RESUME_CHANGEABLE]
-        changed += [f"{self.section}.{k}" for k in agent_fields
+        changed = [(k, old_t[k], new_t[k]) for k in train_fields
+                   if k in new_t and new_t[k] != old_t[k] and k not in self.RESUME_CHANGEABLE]
+        changed += [(f"{self.section}.{k}", old_a[k], new_a[k]) for k in agent_fields
                     if k in new_a and new_a[k] != old_a[k]]
         if changed:
+            # the saved value and the requested one: a preset whose value changed since the
+            # run was saved resumes with the saved value given as a flag
             raise OffpolicyError(
-                f"cannot change {', '.join(sorted(changed))} when resuming {where} "
+                "cannot change " + ", ".join(f"{k} (the run has {o!r}, now {n!r})"
+                                             for k, o, n in sorted(changed))
+                + f" when resuming {where} "
                 f"(changeable: {', '.join(sorted(self.RESUME_CHANGEABLE))})")
         out = copy.deepcopy(self)
         for k in self.RESUME_CHANGEABLE & set(train_fields):
@@ -321,8 +334,13 @@ class RunConfig:
 
     @staticmethod
     def from_dict(d: dict[str, Any], where: str = "config") -> RunConfig:
+        """A saved run's config (config.yaml, a checkpoint's meta): a field it lacks takes
+        the value the run had before the field existed (:data:`SAVED_BEFORE`), not the one
+        its preset sets today."""
         if not isinstance(d, dict) or "algo" not in d:
             raise OffpolicyError(f"{where}: expected a mapping with an 'algo' key")
+        if isinstance(d.get("train"), dict):
+            d = {**d, "train": {**SAVED_BEFORE, **d["train"]}}
         # a saved config names its preset (or null): no env default is added on reload
         return resolve(d["algo"], preset=d.get("preset"), file_dict=d, where=where,
                        env_default=False)
@@ -378,6 +396,13 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     if (train.replay.startswith("refer") and spec.section in REFER_HALF_MEMORY
             and not any("buffer_size" in s for s in sources)):
         train.buffer_size = refer_memory(train.steps, train.num_envs)
+    # a preset's uniform warm-up (SAC's sb3) gives way to the initial policy's samples where
+    # replay records the behaviour density, which uniform actions lack; asked for by flag or
+    # file, build refuses it there instead
+    if (train.warmup_actions == "uniform" and "warmup_actions" in sources[1]
+            and (train.replay.startswith("refer") or train.replay_diagnostics)
+            and not any("warmup_actions" in s for s in sources[2:])):
+        train.warmup_actions = "policy"
     C.validate(train)
     C.validate(agent, spec.section)
     if train.replay not in spec.replays:
@@ -461,14 +486,15 @@ def replay_settings(tc: C.TrainConfig):
 
 
 def resolved_flat(algo: Any, preset: Any, env: Any) -> dict[str, str] | None:
-    """The flattened config (``plotting.flatten``) that ``algo`` and ``preset`` resolve to on
-    ``env`` today, or None where they do not resolve (a peer's folder name, a preset since
-    removed): ``plotting.group_by_env`` fills the fields an older run's config.yaml lacks from
-    it, as loading that run does."""
+    """The flattened config (``plotting.flatten``) that a saved run of ``algo`` and ``preset``
+    on ``env`` loads with when its config.yaml lacks fields (:meth:`RunConfig.from_dict`), or
+    None where they do not resolve (a peer's folder name, a preset since removed):
+    ``plotting.group_by_env`` fills the fields an older run's config.yaml lacks from it."""
     from offpolicy.plotting import flatten
 
     try:
         run = resolve(str(algo), preset=None if preset in (None, "None") else str(preset),
+                      file_dict={"train": dict(SAVED_BEFORE)},
                       train_overrides={"env": env} if env and env != "?" else None)
     except (OffpolicyError, KeyError, ValueError, TypeError):
         return None

@@ -94,10 +94,11 @@ def test_a_run_from_an_older_config_yaml_is_the_same_configuration(tmp_path):
 
 
 def test_a_field_an_older_run_lacks_takes_the_value_it_loads_with(tmp_path):
-    """An older run without a newer field (train.warmup_actions) is filled with the value its
-    algorithm and preset resolve to (what loading it gives, the older behaviour), not with
-    the value the newer runs beside it happen to share: it groups with the newer run of the
-    default, apart from the newer runs that set the field."""
+    """An older run without a newer field (train.warmup_actions) is filled with the value it
+    ran with (what loading it gives: registry.SAVED_BEFORE, auto), not with the value the
+    newer runs beside it happen to share, nor the one its preset sets today (SAC's sb3:
+    uniform): it groups apart from the newer runs of its preset, with a newer run that
+    names auto."""
     r = tmp_path / "runs"
     old = _run(r, "old-s0", "sac", "HalfCheetah-v5", 0, 2000, preset="sb3")
     uniform = [_run(r, f"uniform-s{s}", "sac", "HalfCheetah-v5", s, 2000, preset="sb3",
@@ -108,13 +109,16 @@ def test_a_field_an_older_run_lacks_takes_the_value_it_loads_with(tmp_path):
     assert group_by_env([old, *uniform], registry.resolved_flat)["HalfCheetah-v5"] == {
         "sac warmup_actions=auto": [old], "sac warmup_actions=uniform": uniform}
     new = _run(r, "new-s3", "sac", "HalfCheetah-v5", 3, 2000, preset="sb3")
-    groups = group_by_env([old, new, *uniform], registry.resolved_flat)["HalfCheetah-v5"]
-    assert groups["sac warmup_actions=auto"] == [old, new]
+    auto = _run(r, "auto-s5", "sac", "HalfCheetah-v5", 5, 2000, preset="sb3",
+                warmup_actions="auto")
+    groups = group_by_env([old, new, auto, *uniform], registry.resolved_flat)["HalfCheetah-v5"]
+    assert groups == {"sac warmup_actions=auto": [old, auto],
+                      "sac warmup_actions=uniform": [new, *uniform]}
     # a second older run of another preset: each is filled from its own preset's config
     paper = _run(r, "old-paper-s4", "sac", "HalfCheetah-v5", 4, 2000)
     cfg = yaml.safe_load((paper / "config.yaml").read_text())
     del cfg["train"]["warmup_actions"]
     (paper / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     groups = group_by_env([old, paper, new, *uniform], registry.resolved_flat)["HalfCheetah-v5"]
-    assert [old, new] in groups.values() and [paper] in groups.values()
-    assert uniform in groups.values() and len(groups) == 3
+    assert [old] in groups.values() and [paper] in groups.values()
+    assert [new, *uniform] in groups.values() and len(groups) == 3

@@ -436,6 +436,52 @@ def test_the_sb3_preset_starts_updates_after_warmup_as_sb3_does(algo):
     assert registry.resolve(algo, preset="paper").train.wait_for_batch
 
 
+def test_sacs_sb3_preset_warms_up_uniformly_unless_replay_records_the_behaviour():
+    """SAC's sb3 preset acts uniformly during its 100 warm-up steps (SB3's learning_starts);
+    under ReF-ER or --replay-diagnostics, which record each action's behaviour density, the
+    preset's warm-up samples the initial policy; a flag asking for uniform there stays (and
+    build refuses it). TD3's warm-up is uniform through auto (host noise)."""
+    from offpolicy import registry
+
+    def warmup(algo, preset, **train):
+        return registry.resolve(algo, preset=preset, train_overrides=train).train.warmup_actions
+
+    assert warmup("sac", "sb3") == "uniform" and warmup("sac", "paper") == "auto"
+    assert warmup("sac", "sb3", replay="per") == "uniform"
+    assert warmup("sac", "sb3", replay="refer") == "policy"
+    assert warmup("sac", "sb3", replay="refer2") == "policy"
+    assert warmup("sac", "sb3", replay_diagnostics=True) == "policy"
+    assert warmup("sac", "sb3", replay="refer", warmup_actions="uniform") == "uniform"
+    assert warmup("sac", "sb3", replay="refer", warmup_actions="auto") == "auto"
+    from_file = registry.resolve("sac", preset="sb3", file_dict={"train": {
+        "replay": "refer", "warmup_actions": "uniform"}}).train
+    assert from_file.warmup_actions == "uniform"
+    assert warmup("td3", "sb3") == "auto"
+
+
+def test_a_saved_config_without_warmup_actions_loads_with_what_the_run_did(tmp_path):
+    """A config.yaml saved before --warmup-actions existed ran with auto (SAC's sb3 preset
+    sampled its initial policy): it loads so, though the preset now warms up uniformly, and
+    resuming it with the preset names both values."""
+    from offpolicy import registry
+    from offpolicy.errors import OffpolicyError
+
+    saved = registry.resolve("sac", preset="sb3").to_dict()
+    del saved["train"]["warmup_actions"]
+    old = registry.RunConfig.from_dict(saved)
+    assert old.train.warmup_actions == "auto"
+    assert registry.resolved_flat("sac", "sb3", "HalfCheetah-v5")["train.warmup_actions"] == \
+        "auto"
+    requested = registry.resolve("sac", preset="sb3")
+    train_fields, _ = registry.get("sac").preset_fields("sb3")
+    with pytest.raises(OffpolicyError, match="warmup_actions \\(the run has 'auto', now "
+                                             "'uniform'\\)"):
+        old.resumed_with(requested, train_fields)
+    again = registry.resolve("sac", preset="sb3", train_overrides={"warmup_actions": "auto"})
+    assert old.resumed_with(again, train_fields | {"warmup_actions"}).train.warmup_actions == \
+        "auto"
+
+
 @pytest.mark.parametrize("algo,warmup_actions,uniform", [
     ("sac", "auto", 0), ("sac", "uniform", 30), ("sac", "policy", 0),
     ("td3", "auto", 30), ("td3", "uniform", 30), ("td3", "policy", 0)])

@@ -22,6 +22,7 @@ restored from a CSV without its checkpoint) is left out with a note on stderr.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from pathlib import Path
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("suite_dirs", type=Path, nargs="+",
                     help="RUNS_ROOT/SUITE folders (each holds <entry>/s<seed>/)")
     ap.add_argument("--entries", nargs="+", default=None, help="only these entries")
-    ap.add_argument("--results", type=Path, default=None, help="write the rows to this CSV")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="write the rows to this CSV (rows already there of runs not read "
+                         "now are kept; a run read again replaces its row)")
     a = ap.parse_args(argv)
     found = {p.resolve(): p for d in a.suite_dirs for p in d.glob("*/s*")
              if p.is_dir() and p.name[1:].isdigit()
@@ -112,8 +115,21 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         raise SystemExit("no finished run to read")
     if a.results is not None:
-        write_rows(a.results, rows)
+        write_rows(a.results, merged(a.results, rows))
     return 0
+
+
+def merged(path: Path, rows: list[dict]) -> list[dict]:
+    """``rows`` and the rows already in ``path`` of runs not read now (their checkpoints
+    stayed on the machine that played them): a run read again replaces its row; sorted by
+    env, entry and seed."""
+    key = ("env", "entry", "seed")
+    new = {tuple(str(r[k]) for k in key) for r in rows}
+    kept = []
+    if path.is_file():
+        with open(path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if tuple(r[k] for k in key) not in new]
+    return sorted([*kept, *rows], key=lambda r: (r["env"], r["entry"], int(r["seed"])))
 
 
 if __name__ == "__main__":

@@ -108,3 +108,26 @@ def test_main_reads_peers_files_plays_ours_and_leaves_out_what_it_cannot_read(
         ("sac-sb3", "3", "0"), ("sb3-sac", "2", "1")]
     with pytest.raises(SystemExit, match="no finished run"):
         posture.main([str(root), "--entries", "sbx-sac"])
+
+
+def test_results_keep_the_rows_of_runs_not_read_now(tmp_path, monkeypatch):
+    """--results merges: a run whose checkpoint stayed on another machine keeps its row, a
+    run read again replaces its own."""
+    root = tmp_path / "suite"
+    d = root / "sac-sb3" / "s3"
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("algo: sac\ntrain:\n  env: HalfCheetah-v5\n  steps: 100000\n")
+    _eval_csv(d, [100000])
+    (d / "checkpoints").mkdir()
+    (d / "checkpoints" / "latest").write_text("step-000100000\n")
+    monkeypatch.setattr(posture, "ours", lambda run_dir, env_id, seed: {
+        "return_mean": 3900.0, "on_back_fraction": 0.0, "mean_pitch": -0.1})
+    out_csv = tmp_path / "posture.csv"
+    head = "env,entry,seed,step,final_return,posture_return,on_back_fraction,mean_pitch,on_back\n"
+    out_csv.write_text(head + "HalfCheetah-v5,sac-sb3,3,100000,1.0,1.0,1.0,-2.9,1\n"
+                       "HalfCheetah-v5,sac-sb3,11,100000,2.0,2.0,1.0,-2.9,1\n"
+                       "HalfCheetah-v5,a-peer,0,100000,3.0,3.0,0.0,0.1,0\n")
+    assert posture.main([str(root), "--results", str(out_csv)]) == 0
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [(r["entry"], r["seed"], r["on_back"]) for r in rows] == [
+        ("a-peer", "0", "0"), ("sac-sb3", "3", "0"), ("sac-sb3", "11", "1")]

@@ -125,5 +125,22 @@ def test_options_that_do_not_go_together_are_usage_errors(tmp_path, argv, messag
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["learn", "--steps", "0"], "--steps, --eval-every and --eval-episodes must be > 0"),
+    (["learn", "--steps", "100", "--warmup", "-1"], "--warmup >= 0"),
+    (["throughput", "--steps", "10", "--warmup", "-1"], "--steps must be > 0")])
+def test_pfrl_options_out_of_range_are_usage_errors(tmp_path, argv, message):
+    """peers_pfrl.py reports values that parse but are out of range as argparse does (the
+    subcommand's usage line, exit 2), before an env is made or a run directory written."""
+    if argv[0] == "learn":
+        argv = [*argv, "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.run([str(BENCH_PYTHON), str(PEERS.with_name("peers_pfrl.py")), *argv],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"usage: peers_pfrl.py {argv[0]}" in proc.stderr and message in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))

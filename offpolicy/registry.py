@@ -45,11 +45,13 @@ MUJOCO_EPISODE = 1_000  # Gymnasium's MuJoCo time limit
 REFER_HALF_MEMORY = frozenset({"ddpg", "naf"})
 
 
-# training fields config.yaml gained after runs were saved without them, with the value
-# those runs had: a saved config that lacks one loads with it, whatever a preset sets today
-# (before --warmup-actions, a stochastic policy's warm-up sampled it: auto; SAC's sb3 preset
-# now acts uniformly, as SB3 does)
-SAVED_BEFORE: dict[str, Any] = {"warmup_actions": "auto"}
+# training fields config.yaml gained after runs were saved without them, and whose value a
+# preset changed since, with the value those runs had: a saved config that lacks one loads
+# with it, whatever the preset sets today. Before --warmup-actions a stochastic policy's
+# warm-up sampled it (auto; SAC's sb3 preset now acts uniformly, as SB3 does); before
+# --wait-for-batch updates waited for a full batch (TD3's and SAC's sb3 presets now start at
+# step 101, as SB3 does)
+SAVED_BEFORE: dict[str, Any] = {"warmup_actions": "auto", "wait_for_batch": True}
 
 
 def refer_memory(steps: int, num_envs: int = 1) -> int:

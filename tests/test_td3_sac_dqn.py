@@ -480,6 +480,13 @@ def test_a_saved_config_without_warmup_actions_loads_with_what_the_run_did(tmp_p
     again = registry.resolve("sac", preset="sb3", train_overrides={"warmup_actions": "auto"})
     assert old.resumed_with(again, train_fields | {"warmup_actions"}).train.warmup_actions == \
         "auto"
+    # the same for --wait-for-batch: before it, updates waited for a full batch (TD3's sb3
+    # preset has started at step 101 since)
+    td3 = registry.resolve("td3", preset="sb3").to_dict()
+    del td3["train"]["wait_for_batch"]
+    assert registry.RunConfig.from_dict(td3).train.wait_for_batch
+    assert registry.resolved_flat("td3", "sb3", "Hopper-v5")["train.wait_for_batch"] == "True"
+    assert not registry.resolve("td3", preset="sb3").train.wait_for_batch
 
 
 @pytest.mark.parametrize("algo,warmup_actions,uniform", [

@@ -281,12 +281,12 @@ Resolved = Callable[[Any, Any, Any], "dict[str, str] | None"]
 def _fill_missing(cfgs: list[dict[str, str]], resolved: Resolved | None = None
                   ) -> list[dict[str, str]]:
     """Fields a newer version added to config.yaml (``train.sync_every``,
-    ``train.warmup_actions``...) are missing from older runs. Such a run loads with the field's
-    value as its algorithm and preset resolve today (a new field's default keeps the older
-    behaviour): ``resolved(algo, preset, env)`` gives that flattened config
-    (``registry.resolved_flat``), and the run is filled from it; without it, or where it
-    gives None, among runs of one algorithm and env a field that every run having it sets to
-    one value is taken to have that value."""
+    ``train.warmup_actions``...) are missing from older runs. Such a run is filled with the
+    values it loads with: ``resolved(algo, preset, env)`` gives that flattened config
+    (``registry.resolved_flat``: what its algorithm and preset resolve to today, but for the
+    fields whose value a preset changed since they were added, which keep the value such runs
+    had); without it, or where it gives None, among runs of one algorithm and env a field that
+    every run having it sets to one value is taken to have that value."""
     by: dict[tuple, list[dict[str, str]]] = defaultdict(list)
     for cfg in cfgs:
         by[(cfg.get("algo"), cfg.get("train.env"))].append(cfg)

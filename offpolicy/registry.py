@@ -398,18 +398,18 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     if (train.replay.startswith("refer") and spec.section in REFER_HALF_MEMORY
             and not any("buffer_size" in s for s in sources)):
         train.buffer_size = refer_memory(train.steps, train.num_envs)
-    # a preset's uniform warm-up (SAC's sb3) gives way to the initial policy's samples where
-    # replay records the behaviour density, which uniform actions lack; asked for by flag or
-    # file, build refuses it there instead
-    if (train.warmup_actions == "uniform" and "warmup_actions" in sources[1]
-            and (train.replay.startswith("refer") or train.replay_diagnostics)
-            and not any("warmup_actions" in s for s in sources[2:])):
-        train.warmup_actions = "policy"
     C.validate(train)
     C.validate(agent, spec.section)
     if train.replay not in spec.replays:
         raise OffpolicyError(f"--replay {train.replay} is not available for {algo} "
                              f"(valid: {', '.join(spec.replays)})")
+    # a preset's uniform warm-up (SAC's sb3) gives way to the initial policy's samples where
+    # replay records the behaviour density (ReplaySettings.tracks_behaviour), which uniform
+    # actions lack; asked for by flag or file, build refuses it there instead
+    if (train.warmup_actions == "uniform" and "warmup_actions" in sources[1]
+            and replay_settings(train).tracks_behaviour
+            and not any("warmup_actions" in s for s in sources[2:])):
+        train.warmup_actions = "policy"
     if train.refer_forget != "oldest" and not train.replay.startswith("refer"):
         raise OffpolicyError(f"--refer-forget {train.refer_forget} needs --replay refer, "
                              f"refer1 or refer2 (it forgets by the far-policy flags ReF-ER "

@@ -138,8 +138,13 @@ SUITES = {
     # the ReF-ER paper's DDPG (the *-appa entries) about 37
     # ddpg-refer-farpol forgets the most far-policy episode first (--refer-forget far-policy,
     # the authors' smarties; refer.md decision 8)
+    # issue 68 extends it to the pre-registered grid (benchmarks/suites/
+    # refer-1m.preregistration.md, which opens the report): the DDPG arms with the authors'
+    # choices (--preset smarties), V-RACER's one-rule arms, NAF and SB3's PPO (App. D), on
+    # HalfCheetah-v5 and Ant-v5 (--env), seeds 0-4
     "refer-1m": ["ddpg-er", "ddpg-refer", "vracer", "vracer-er", "ddpg-er-appa",
-                 "ddpg-refer-appa", "ddpg-refer-farpol"],
+                 "ddpg-refer-appa", "ddpg-refer-farpol", "vracer-refer1", "vracer-refer2", "naf-er",
+                 "naf-refer", "sb3-ppo"],
     # issue 31 b): the ACE family with the current default (separate actor layers), against
     # DDPG's two presets (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
     "ace-separate": ["ace", "ace-alt", "tm-ace", "ensemble-ddpg", "ddpg", "ddpg-fast"],
@@ -226,6 +231,9 @@ VARIANTS = {
     # learning rates? (issue 31 a's "find out why")
     "ddpg-refer-appa": ("ddpg", ["--preset", "refer"]),
     "ddpg-refer-farpol": ("ddpg", ["--replay", "refer", "--refer-forget", "far-policy"]),
+    "vracer-refer1": ("vracer", ["--replay", "refer1"]),
+    "vracer-refer2": ("vracer", ["--replay", "refer2"]),
+    "naf-er": ("naf", ["--replay", "er", "--replay-diagnostics"]),
     "ddpg-er-appa": ("ddpg", ["--preset", "refer", "--replay", "er", "--ddpg.noise", "ou",
                               "--replay-diagnostics"]),
     "acer-r0": ("acer", ["--replay-ratio", "0"]),
@@ -293,7 +301,12 @@ SUITE_COMPARISONS = {
                      ("sac-sb3-policy", "sb3-sac-ourupdate"),
                      ("sac-sb3-uniform", "sac-sb3-policy", "paired"),
                      ("sac-sb3-uniform", "sb3-sac")],
-    "refer-1m": [("ddpg-refer", "ddpg-er"), ("vracer", "vracer-er"), ("vracer", "ddpg-er"),
+    # the first six pairs are issue 68's pre-registered primary comparisons (the authors'
+    # preset's pair joins with the preset); the rest came before it (issue 31 a)
+    "refer-1m": [("ddpg-refer", "ddpg-er"),
+                 ("vracer", "vracer-er"), ("vracer", "vracer-refer1"),
+                 ("vracer", "vracer-refer2"), ("vracer", "sb3-ppo"), ("naf-refer", "naf-er"),
+                 ("vracer", "ddpg-er"),
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
                  ("ddpg-er-appa", "ddpg-er"), ("ddpg-refer-farpol", "ddpg-refer", "paired"),
                  ("ddpg-refer-farpol", "ddpg-er")],
@@ -343,11 +356,17 @@ def entry_of(name: str) -> Entry:
     return Entry(name, algo, tuple(flags))
 
 
+# a grid's pre-registration (arms, tasks, seeds, budget, statistic, verdict rule), committed
+# before its runs started: it opens the grid's report
+PREREGISTRATION = {"refer-1m": HERE / "suites" / "refer-1m.preregistration.md"}
+
+
 def bench_suite(suite: str, env: str, steps: int, seeds, entries=None,
                 eval_every: int = 10_000) -> Suite:
     """The grid ``suite`` on ``env`` as an ``offpolicy.suites.Suite``."""
     names = list(entries or SUITES[suite])
-    return Suite(suite, None, "", "", "",
+    prereg = PREREGISTRATION.get(suite)
+    return Suite(suite, None, prereg.read_text().strip() if prereg else "", "", "",
                  (EnvPlan(env, steps, eval_every, tuple(names),
                           SUITE_THRESHOLDS.get((suite, env))),),
                  tuple(seeds), 20, tuple(SUITE_FLAGS.get(suite, ())),

@@ -18,7 +18,7 @@ from typing import Any
 from offpolicy.errors import OffpolicyError, did_you_mean
 
 # weight initialisations by name (offpolicy.networks.initializers)
-INIT_SCHEMES = ("orthogonal", "refer", "lillicrap", "torch", "flax")
+INIT_SCHEMES = ("orthogonal", "refer", "smarties", "lillicrap", "torch", "flax")
 
 
 def _f(default: Any, help: str, *, gt: float | None = None, ge: float | None = None,
@@ -212,6 +212,7 @@ class DDPGConfig(CoreFields, DeterministicActorCriticConfig):
     init: str = _f(
         "orthogonal", "weight initialisation: orthogonal (ACE authors' DeepRL: gain 1, outputs "
         "1e-3), refer (ReF-ER App. A: Glorot uniform, outputs U(+-0.1/sqrt(fan_in))), "
+        "smarties (refer with biases drawn as the weights, the ReF-ER authors' code), "
         "lillicrap (DDPG paper: U(+-1/sqrt(fan_in)), outputs U(+-3e-3)), torch (PyTorch's "
         "default, SB3), flax (Flax's default, SBX)", choices=INIT_SCHEMES)
     action_input_layer: int = _f(
@@ -222,8 +223,18 @@ class DDPGConfig(CoreFields, DeterministicActorCriticConfig):
     actor_trains_encoder: bool = _f(
         True, "with a shared encoder: the actor's gradient also trains it (authors' code)")
     critic_l2: float = _f(0.0, "L2 weight decay on critic weights (Lillicrap: 1e-2)", ge=0)
+    critic_l2_biases: bool = _f(
+        False, "the critic's L2 decays its biases too (the ReF-ER authors' smarties)")
     actor_lr: float = _f(1e-4, "Adam step size of the actor", gt=0)
     critic_lr: float = _f(1e-3, "Adam step size of the critic", gt=0)
+    simultaneous_update: bool = _f(
+        False, "the actor's gradient from the critic before this update's critic step, as "
+        "ReF-ER's Alg. 4 and the authors' smarties compute both (default: after it, as "
+        "Lillicrap et al. and the ACE authors' code)")
+    refer_truncation: float = _f(
+        0.0, "with --replay refer*: the policy's Gaussian samples truncated at this many stds "
+        "(ReF-ER App. A: 3; 0 = untruncated); rho and the KL keep the Gaussian's density, as "
+        "the authors' smarties", ge=0)
 
 
 @dataclass

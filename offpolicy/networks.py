@@ -37,14 +37,18 @@ def _uniform(bound: float):
 
 
 
-def initializers(scheme: str, output: bool, fan_in: int, out_scale: float = OUTPUT_SCALE):
-    """(kernel_init, bias_init) of a linear layer by scheme name:
+def initializers(scheme: str, output: bool, fan_in: int, out_scale: float = OUTPUT_SCALE,
+                 fan_out: int | None = None):
+    """(kernel_init, bias_init) of a linear layer of ``fan_in`` inputs and ``fan_out`` units by
+    scheme name:
 
     * orthogonal: DeepRL (the ACE authors' code): orthogonal, gain 1; output layers gain
       ``out_scale`` (1e-3); zero biases;
     * refer: ReF-ER App. A: Glorot uniform (the paper prints 6/sqrt(fan_in + fan_out), a typo
       for Glorot's sqrt(6 / (fan_in + fan_out)), the paper it cites); output layers
       U(+-0.1/sqrt(fan_in)); zero biases;
+    * smarties: as refer, with the biases drawn as the weights (the ReF-ER authors' smarties at
+      edaef91, Network/Layer_Base.h: the paper is silent on biases);
     * lillicrap: DDPG (Lillicrap et al. 2016, Sec. 7): weights and biases U(+-1/sqrt(fan_in)),
       output layers U(+-3e-3);
     * torch: PyTorch's nn.Linear default (SB3): weights and biases U(+-1/sqrt(fan_in)), output
@@ -56,6 +60,11 @@ def initializers(scheme: str, output: bool, fan_in: int, out_scale: float = OUTP
         return (nn.initializers.orthogonal(out_scale if output else 1.0), zeros)
     if scheme == "refer":
         return (_uniform(0.1 * fan) if output else nn.initializers.glorot_uniform(), zeros)
+    if scheme == "smarties":
+        if output:
+            return _uniform(0.1 * fan), _uniform(0.1 * fan)
+        glorot = float(np.sqrt(6.0 / (fan_in + (fan_out or 0))))
+        return _uniform(glorot), _uniform(glorot)
     if scheme == "lillicrap":
         return (_uniform(3e-3), _uniform(3e-3)) if output else (_uniform(fan), _uniform(fan))
     if scheme == "torch":
@@ -76,7 +85,8 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        k_init, b_init = initializers(self.scheme, self.output, x.shape[-1], self.out_scale)
+        k_init, b_init = initializers(self.scheme, self.output, x.shape[-1], self.out_scale,
+                                      self.features)
         kernel = self.param("kernel", k_init, (x.shape[-1], self.features), jnp.float32)
         bias = self.param("bias", b_init, (self.features,), jnp.float32)
         return x @ kernel + bias
@@ -107,10 +117,12 @@ def softplus_init(value: float):
     return nn.initializers.constant(float(np.log(np.expm1(value))))
 
 
-def l2_kernels(params) -> jax.Array:
-    """Sum of squared kernel weights (biases excluded), for the critic's L2 penalty."""
+def l2_kernels(params, biases: bool = False) -> jax.Array:
+    """Sum of squared kernel weights (and, with ``biases``, of the biases too), for the
+    critic's L2 penalty."""
     leaves = jax.tree_util.tree_leaves_with_path(params)
-    sq = [jnp.sum(v**2) for p, v in leaves if "kernel" in jax.tree_util.keystr(p)]
+    names = ("kernel", "bias") if biases else ("kernel",)
+    sq = [jnp.sum(v**2) for p, v in leaves if any(n in jax.tree_util.keystr(p) for n in names)]
     return sum(sq) if sq else jnp.zeros(())
 
 

@@ -89,6 +89,23 @@ _DDPG_PRESETS = {
     "refer": {**_REFER_COMMON, "critic_lr": 1e-4, "critic_l2": 1e-4, "actor_lr": 1e-5,
               "gamma": 0.995, "tau": 0.01, "noise": "gaussian", "noise_sigma": 0.2,
               "train": {**_REFER_TRAIN, "batch_size": 128, "replay": "refer"}},
+    # ReF-ER as its authors ran it (issue 68; docs/algorithms/refer.md, "Fidelity to the
+    # authors' code"): App. A-B where the paper is explicit, the authors' smarties (edaef91,
+    # the commit nearest ICML 2019) where it is silent or ambiguous: beta from 0 by a fixed
+    # 1e-4 (Learner_offPolicy.h/.cpp), a 2^18-step warm-up with the initial policy before the
+    # first update (minTotObsNum; App. B's statistics come from it), the action at the
+    # critic's input and biases drawn as the weights (its MLPs), L2 as 1/2 1e-4 ||theta||^2
+    # on every critic parameter (its Adam), both gradients from the pre-update networks (Alg.
+    # 4), samples truncated at 3 std (App. A), and App. A's OU for the ER baseline with the
+    # code's time step (an AR(1) of decay 0.85 = 1 - theta)
+    "smarties": {**_REFER_COMMON, "init": "smarties", "critic_lr": 1e-4, "critic_l2": 5e-5,
+                 "critic_l2_biases": True, "actor_lr": 1e-5, "gamma": 0.995, "tau": 0.01,
+                 "noise": "ou", "noise_sigma": 0.2, "noise_theta": 0.15, "noise_dt": 1.0,
+                 "action_input_layer": 1, "simultaneous_update": True,
+                 "refer_truncation": 3.0,
+                 "train": {**_REFER_TRAIN, "batch_size": 128, "replay": "refer",
+                           "refer_beta0": 0.0, "refer_beta_step": 1e-4,
+                           "warmup_steps": REFER_MEMORY_MAX, "warmup_actions": "policy"}},
     # the AQL paper's D3PG baseline (Sec. 5, App. A2): distributed DDPG with 100 collectors,
     # OU exploration (theta 0.15, sigma 0.2), Adam 2e-4 for actor and critic, batch 32,
     # gamma 0.99 (D4PG without the distributional critic, as Barth-Maron et al. define D3PG)
@@ -414,6 +431,14 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         raise OffpolicyError(f"--refer-forget {train.refer_forget} needs --replay refer, "
                              f"refer1 or refer2 (it forgets by the far-policy flags ReF-ER "
                              f"keeps), not --replay {train.replay}")
+    # a preset's truncation (smarties) waits for ReF-ER; asked for by flag or file without it,
+    # it would be recorded and never used
+    if (getattr(agent, "refer_truncation", 0.0) > 0 and not train.replay.startswith("refer")
+            and any("refer_truncation" in (d or {}) for d in
+                    (agent_overrides, (file_dict or {}).get(spec.section)))):
+        raise OffpolicyError(f"--{spec.section}.refer-truncation needs --replay refer, refer1 or "
+                             f"refer2 (it truncates the policy's own samples), not --replay "
+                             f"{train.replay}")
     if train.batch_size > train.buffer_size:
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")

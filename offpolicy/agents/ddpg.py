@@ -207,13 +207,14 @@ class DDPG:
 
     def critic_loss(self, cp: dict, params: dict, batch: dict, y: jax.Array,
                     weights: jax.Array | float = 1.0):
-        """1/2 mean w (Q(s, a) - y)^2 + l2 sum ||W||^2 over the critic's kernels (biases
-        excluded; with a shared encoder its kernel counts too, as the critic trains it).
+        """1/2 mean w (Q(s, a) - y)^2 + l2 sum ||W||^2 over the critic's kernels (biases too
+        with ``critic_l2_biases``; with a shared encoder its layer counts too, as the critic
+        trains it).
         ``weights``: Rule 1's near-policy mask times PER's importance weights (1 for ER)."""
         q = self.q({**params, **cp}, batch["obs"], batch["action"])
         loss = 0.5 * jnp.mean(weights * (q - y) ** 2)
         if self.config.critic_l2 > 0:
-            loss = loss + self.config.critic_l2 * l2_kernels(cp)
+            loss = loss + self.config.critic_l2 * l2_kernels(cp, self.config.critic_l2_biases)
         return loss, q
 
     def actor_loss(self, ap: dict, params: dict, obs: jax.Array,
@@ -266,11 +267,14 @@ class DDPG:
         (c_loss, q), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
             cp, params, batch, y, critic_w)
         upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], cp)
+        before = params  # the actor ascends this critic with --ddpg.simultaneous-update
         params = {**params, **optax.apply_updates(cp, upd)}
 
         ap = {k: params[k] for k in self.actor_keys}
         penalty = batch["mean"] if r.rule2 else None
-        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, params, batch["obs"], weights,
+        critic = {**params, **{k: before[k] for k in self.critic_keys}} \
+            if c.simultaneous_update else params
+        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, critic, batch["obs"], weights,
                                                             beta, penalty)
         upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
         params = {**params, **optax.apply_updates(ap, upd)}
@@ -302,5 +306,8 @@ class DDPG:
         info = self.rec.acting_info(lambda: {n: params[n]["core"] for n in self.rec.names},
                                     obs, info)
         if explore and self.exploration_noise is None:
-            return mean + self.sigma * jax.random.normal(key, mean.shape), info
+            cut = self.config.refer_truncation
+            noise = (jax.random.truncated_normal(key, -cut, cut, mean.shape) if cut > 0
+                     else jax.random.normal(key, mean.shape))
+            return mean + self.sigma * noise, info
         return mean, info

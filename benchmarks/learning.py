@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from offpolicy.suites import runner  # noqa: E402
 from offpolicy.suites.report import restore_finished, write_report  # noqa: E402
-from offpolicy.suites.spec import Entry, EnvPlan, Suite  # noqa: E402
+from offpolicy.suites.spec import Claim, Decision, Entry, EnvPlan, Suite  # noqa: E402
 
 SUITES = {
     "ddpg-peers": ["ddpg", "sbx-ddpg", "sb3-ddpg", "ddpg-lr1e-3"],
@@ -143,7 +143,8 @@ SUITES = {
     # choices (--preset smarties), V-RACER's one-rule arms, NAF and SB3's PPO (App. D), on
     # HalfCheetah-v5 and Ant-v5 (--env), seeds 0-4
     "refer-1m": ["ddpg-er", "ddpg-refer", "vracer", "vracer-er", "ddpg-er-appa",
-                 "ddpg-refer-appa", "ddpg-refer-farpol", "vracer-refer1", "vracer-refer2", "naf-er",
+                 "ddpg-refer-appa", "ddpg-refer-farpol", "ddpg-er-smarties",
+                 "ddpg-refer-smarties", "vracer-refer1", "vracer-refer2", "naf-er",
                  "naf-refer", "sb3-ppo"],
     # issue 31 b): the ACE family with the current default (separate actor layers), against
     # DDPG's two presets (--env HalfCheetah-v5 / Hopper-v5, 100k steps)
@@ -231,6 +232,11 @@ VARIANTS = {
     # learning rates? (issue 31 a's "find out why")
     "ddpg-refer-appa": ("ddpg", ["--preset", "refer"]),
     "ddpg-refer-farpol": ("ddpg", ["--replay", "refer", "--refer-forget", "far-policy"]),
+    # issue 68: the paper's DDPG with every choice it leaves open taken from the authors' code
+    # (docs/algorithms/refer.md, fidelity table), with ReF-ER and with plain ER
+    "ddpg-refer-smarties": ("ddpg", ["--preset", "smarties", "--replay", "refer"]),
+    "ddpg-er-smarties": ("ddpg", ["--preset", "smarties", "--replay", "er",
+                                  "--replay-diagnostics"]),
     "vracer-refer1": ("vracer", ["--replay", "refer1"]),
     "vracer-refer2": ("vracer", ["--replay", "refer2"]),
     "naf-er": ("naf", ["--replay", "er", "--replay-diagnostics"]),
@@ -301,11 +307,14 @@ SUITE_COMPARISONS = {
                      ("sac-sb3-policy", "sb3-sac-ourupdate"),
                      ("sac-sb3-uniform", "sac-sb3-policy", "paired"),
                      ("sac-sb3-uniform", "sb3-sac")],
-    # the first six pairs are issue 68's pre-registered primary comparisons (the authors'
-    # preset's pair joins with the preset); the rest came before it (issue 31 a)
-    "refer-1m": [("ddpg-refer", "ddpg-er"),
+    # the first seven pairs are issue 68's pre-registered primary comparisons (13 over its two
+    # tasks: NAF runs on HalfCheetah-v5 only; DECISIONS states them), the next three its
+    # secondary ones; the rest came before it (issue 31 a)
+    "refer-1m": [("ddpg-refer-smarties", "ddpg-er-smarties"), ("ddpg-refer", "ddpg-er"),
                  ("vracer", "vracer-er"), ("vracer", "vracer-refer1"),
                  ("vracer", "vracer-refer2"), ("vracer", "sb3-ppo"), ("naf-refer", "naf-er"),
+                 ("ddpg-refer-smarties", "ddpg-refer-appa"),
+                 ("ddpg-refer-smarties", "ddpg-refer"), ("ddpg-er-smarties", "ddpg-er"),
                  ("vracer", "ddpg-er"),
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
                  ("ddpg-er-appa", "ddpg-er"), ("ddpg-refer-farpol", "ddpg-refer", "paired"),
@@ -361,6 +370,26 @@ def entry_of(name: str) -> Entry:
 PREREGISTRATION = {"refer-1m": HERE / "suites" / "refer-1m.preregistration.md"}
 
 
+# a grid's pre-registered claims and the tasks they are decided on: after each run the verdicts
+# over every task's finished runs are written to learning_<suite>_verdicts.md (Holm's
+# adjustment runs over all tasks' primary comparisons, so the tasks' grids are read together)
+_REFER_TASKS = ("HalfCheetah-v5", "Ant-v5")
+DECISIONS = {
+    "refer-1m": (Decision((
+        Claim("C1 (authors' preset)", "ddpg-refer-smarties", "ddpg-er-smarties", _REFER_TASKS),
+        Claim("C1 (library defaults)", "ddpg-refer", "ddpg-er", _REFER_TASKS),
+        Claim("C2", "vracer", "vracer-er", _REFER_TASKS),
+        Claim("C3 (vs Rule 1 only)", "vracer", "vracer-refer1", _REFER_TASKS),
+        Claim("C3 (vs Rule 2 only)", "vracer", "vracer-refer2", _REFER_TASKS),
+        Claim("C4", "naf-refer", "naf-er", ("HalfCheetah-v5",), seeds=(0, 1, 2)),
+        Claim("C5", "vracer", "sb3-ppo", _REFER_TASKS),
+        Claim("rules", "ddpg-refer-smarties", "ddpg-refer-appa", _REFER_TASKS, primary=False),
+        Claim("defaults", "ddpg-refer-smarties", "ddpg-refer", _REFER_TASKS, primary=False),
+        Claim("defaults", "ddpg-er-smarties", "ddpg-er", _REFER_TASKS, primary=False)),
+        window=200_000), _REFER_TASKS),
+}
+
+
 def bench_suite(suite: str, env: str, steps: int, seeds, entries=None,
                 eval_every: int = 10_000) -> Suite:
     """The grid ``suite`` on ``env`` as an ``offpolicy.suites.Suite``."""
@@ -374,7 +403,8 @@ def bench_suite(suite: str, env: str, steps: int, seeds, entries=None,
                  tuple(p[:2] for p in SUITE_COMPARISONS.get(suite, ())),
                  tuple(SUITE_METRICS.get(suite, ())),
                  paired=tuple(p[:2] for p in SUITE_COMPARISONS.get(suite, ())
-                              if p[2:] == ("paired",)))
+                              if p[2:] == ("paired",)),
+                 decision=DECISIONS[suite][0] if suite in DECISIONS else None)
 
 
 def peer_command(peers_python: str):
@@ -417,6 +447,42 @@ def canonical_args(argv: list[str]) -> list[str]:
     return out
 
 
+def grid_name(suite: str, env: str) -> str:
+    """One grid per (suite, env): HalfCheetah-v5 keeps the suite's plain name."""
+    return suite if env == "HalfCheetah-v5" else f"{suite}_{env.replace('/', '_')}"
+
+
+def write_verdicts(suite: str, steps: int, seeds, eval_every: int, runs_root: Path,
+                   out_dir: Path, command: str) -> Path | None:
+    """``learning_<suite>_verdicts.md``: the grid's pre-registration, then the verdicts of its
+    claims over the finished runs of every task (runs here, or restored from the committed
+    CSVs); None for a grid without a decision."""
+    if suite not in DECISIONS:
+        return None
+    from offpolicy.suites.report import collect
+    from offpolicy.suites.verdict import decision_section
+
+    decision, tasks = DECISIONS[suite]
+    groups_by_env, steps_by_env = {}, {}
+    for env in tasks:
+        name = grid_name(suite, env)
+        grid = runner.plan(bench_suite(suite, env, steps, seeds, None, eval_every),
+                           lambda e, entry, seed, name=name: runs_root / name / entry / f"s{seed}")
+        restore_finished(grid, out_dir, f"learning_{name}")
+        done = {r.run_dir for r in grid if runner.finished(r.run_dir, r.steps)}
+        groups_by_env[env] = {entry: [d for d in dirs if d in done]
+                              for entry, dirs in collect(grid).get(env, {}).items()}
+        steps_by_env[env] = steps
+    prereg = PREREGISTRATION.get(suite)
+    text = "\n".join([f"# Verdicts: {suite} ({', '.join(tasks)})", "",
+                      f"Command (each task's grid, `--env` one of {', '.join(tasks)}): "
+                      f"`{command}`", "", prereg.read_text().strip() if prereg else ""])
+    text += "\n" + decision_section(decision, groups_by_env, steps_by_env, tuple(seeds))
+    path = out_dir / f"learning_{suite}_verdicts.md"
+    path.write_text(text)
+    return path
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--suite", choices=list(SUITES), required=True)
@@ -441,8 +507,7 @@ def main() -> int:
         p.error(f"not in suite {a.suite}: {', '.join(unknown)} "
                 f"(its entries: {', '.join(SUITES[a.suite])})")
     suite = bench_suite(a.suite, a.env, a.steps, a.seeds, a.entries, a.eval_every)
-    # one grid per (suite, env): HalfCheetah-v5 keeps the suite's plain name
-    name = a.suite if a.env == "HalfCheetah-v5" else f"{a.suite}_{a.env.replace('/', '_')}"
+    name = grid_name(a.suite, a.env)
     root = a.runs_root / name
 
     def layout(env, entry, seed):
@@ -468,8 +533,12 @@ def main() -> int:
         with open(a.out_dir / f"{stem}.log", "a") as log:
             print(lines[-1] if lines else f"[{time.strftime('%H:%M:%S')}] {run.label}",
                   file=log)
-        write_report(full, grid, a.out_dir, stem, command, title=title)
+        write_report(full, grid, a.out_dir, stem, command, title=title, verdicts=False)
+        write_verdicts(a.suite, a.steps, a.seeds, a.eval_every, a.runs_root, a.out_dir,
+                       verdicts_command)
 
+    # the verdicts' command names no --env: each task's grid runs with its own
+    verdicts_command = " ".join(x for x in command.split() if x not in ("--env", a.env))
     if not a.report_only:
         outcome = runner.run_local(runs, a.jobs, peer_command(a.peers_python),
                                    after_each=after_each)
@@ -477,12 +546,17 @@ def main() -> int:
             print(f"failed: {run.label}: {why}", file=sys.stderr)
         if outcome.stopped or outcome.failed:
             if not outcome.stopped:
-                write_report(full, grid, a.out_dir, stem, command, title=title)
+                write_report(full, grid, a.out_dir, stem, command, title=title, verdicts=False)
             return outcome.exit_code()
     if a.include_running:
         stem, title = stem + "_partial", title + " (runs in progress included)"
     print(write_report(full, grid, a.out_dir, stem, command, title=title,
-                       include_running=a.include_running))
+                       include_running=a.include_running, verdicts=False))
+    if not a.include_running:
+        verdicts = write_verdicts(a.suite, a.steps, a.seeds, a.eval_every, a.runs_root,
+                                  a.out_dir, verdicts_command)
+        if verdicts:
+            print(f"verdicts: {verdicts}", file=sys.stderr)
     print(json.dumps({"runs_root": str(root)}))
     return 0
 

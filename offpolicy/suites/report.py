@@ -304,13 +304,19 @@ def _write_csvs(by_env, runs: list[RunSpec], out_dir: Path, stem: str, metrics) 
         for env, groups in by_env.items():
             for entry, dirs in groups.items():
                 for d in dirs:
-                    try:
-                        cols = [read_metric(d, m) for m in metrics]
-                    except OffpolicyError:
+                    cols = {}
+                    for m in metrics:  # a column the run does not log stays empty
+                        try:
+                            cols[m] = read_metric(d, m)
+                        except OffpolicyError:
+                            pass
+                    if not cols:
                         continue  # a run without the diagnostics (a peer's)
-                    for i in range(len(cols[0]["step"])):
-                        w.writerow([env, entry, d.name[1:], int(cols[0]["step"][i]),
-                                    *(c["return_mean"][i] for c in cols)])
+                    first = next(iter(cols.values()))
+                    for i in range(len(first["step"])):
+                        w.writerow([env, entry, d.name[1:], int(first["step"][i]),
+                                    *(cols[m]["return_mean"][i] if m in cols else ""
+                                      for m in metrics)])
 
 
 def _metric_text(groups, metrics, pairs, stem: str, env_tag: str) -> str:
@@ -339,10 +345,12 @@ def _metric_text(groups, metrics, pairs, stem: str, env_tag: str) -> str:
 
 def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, command: str,
                  metrics: list[str] | None = None, title: str | None = None,
-                 include_running: bool = False) -> str:
+                 include_running: bool = False, verdicts: bool = True) -> str:
     """Write the report files (module docstring) and return the Markdown. ``include_running``:
     the runs in progress join the tables, tests and curves (each row compared at the last step
-    all its runs reached, marked): a partial reading of a grid that takes days."""
+    all its runs reached, marked): a partial reading of a grid that takes days. A suite with a
+    decision ends with its verdicts (:mod:`offpolicy.suites.verdict`) unless ``verdicts`` is
+    False (a caller that decides over several reports' grids at once)."""
     from offpolicy.plotting import format_table, has_metric, plot_envs, table_rows
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -352,7 +360,11 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
         text = f"# {title or 'Suite ' + suite.name}\n\nNo evaluation yet.\n"
         (out_dir / f"{stem}.md").write_text(text)
         return text
-    _write_csvs(by_env_all, runs, out_dir, stem, metrics)
+    from offpolicy.suites import verdict
+
+    # a decision's paper measure needs the training episodes' returns after a restore too
+    _write_csvs(by_env_all, runs, out_dir, stem,
+                metrics + [c for c in verdict.TRAIN_COLUMNS if suite.decision and c not in metrics])
     steps = {r.run_dir: r.steps for r in runs}
     by_env: dict[str, dict[str, list[Path]]] = {}
     running: dict[str, list[str]] = {}
@@ -423,6 +435,10 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
                       "last step all its runs reached): " if include_running else
                       "\nIn progress (not in the table or the curves): ")
                      + ", ".join(running[env]) + ".\n")
+    if suite.decision is not None and verdicts and not include_running:
+        text += verdict.decision_section(suite.decision, by_env,
+                                         {env: plans[env].steps for env in by_env_all
+                                          if env in plans}, suite.seeds)
     (out_dir / f"{stem}.md").write_text(text)
     return text
 
@@ -469,8 +485,9 @@ def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]
                 std = float(r["return_se"]) * n**0.5
                 w.writerow([r["step"], r["return_mean"], std, r["return_se"], n, ""])
         tr = [r for r in mine(train_rows, run) if int(r["step"]) <= run.steps]
-        if tr:
-            keys = [k for k in tr[0] if k not in ("env", "entry", "seed")]
+        if tr:  # the columns the run logged (another run's column is empty in its rows)
+            keys = [k for k in tr[0] if k not in ("env", "entry", "seed")
+                    and any(r[k] != "" for r in tr)]
             with open(run.run_dir / "train.csv", "w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
                 w.writeheader()

@@ -82,6 +82,32 @@ class EnvPlan:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """One pre-registered comparison of a paper's claim: entry ``a`` minus entry ``b``, the
+    paper saying a > b. ``envs``: the tasks it is decided on (empty: every env of the suite);
+    a secondary one is reported but gets no verdict."""
+
+    label: str
+    a: str
+    b: str
+    envs: tuple[str, ...] = ()
+    primary: bool = True
+    seeds: tuple[int, ...] = ()  # the seeds its verdict waits for (empty: the suite's)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A pre-registered decision (:mod:`offpolicy.suites.verdict`): per run the statistic S is
+    the mean evaluation return over the last ``window`` steps; each claim's verdict follows
+    Welch's p, a bootstrap interval of the difference and ``margin``, the gain of practical
+    size as a fraction of |mean S of b|; the grid's seeds are the pre-registered ones."""
+
+    claims: tuple[Claim, ...]
+    window: int
+    margin: float = 0.1
+
+
+@dataclass(frozen=True)
 class Suite:
     name: str
     path: Path | None
@@ -99,6 +125,8 @@ class Suite:
     # compare pairs whose runs of one seed share their initial draw, or the env and noise
     # streams, or both: also tested paired by seed
     paired: tuple[tuple[str, str], ...] = ()
+    # a pre-registered decision: the report ends with its verdicts
+    decision: Decision | None = None
 
     def select(self, *, seeds=None, steps=None, envs=None, entries=None,
                paper: bool = False) -> Suite:

@@ -37,7 +37,7 @@ def cmd_train(argv: list[str]) -> int:
         return 0
     algo = argv[0]
     registry.get(algo)  # unknown algorithm: one-line error
-    ns = vars(_train_parser(algo).parse_args(argv[1:]))
+    ns = vars(_train_parser(algo, full=False).parse_args(argv[1:]))
     section = registry.get(algo).section
     train_over, agent_over = _split_flags(ns, section)
     file_dict, preset = _config_file(ns)

@@ -62,7 +62,7 @@ class Parser(argparse.ArgumentParser):
             where = (f"{section[:-1]} flags: {', '.join(near)}" if near
                      else f"valid: {', '.join(known)}")
             raise OffpolicyError(f"{self.prog}: unknown flag {bad}{hint} ({where}; every flag: "
-                                 f"{self.prog} --help)")
+                                 f"{self.prog} --help-all)")
         raise OffpolicyError(f"{self.prog}: {message}")
 
 
@@ -70,13 +70,37 @@ def _flag(prefix: str, name: str) -> str:
     return "--" + (prefix + "." if prefix else "") + name.replace("_", "-")
 
 
-def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str, defaults) -> None:
-    group = parser.add_argument_group(f"{prefix or 'training'} options")
+# the training flags `offpolicy train ALGO --help` shows; --help-all shows every flag ALGO takes
+COMMON_TRAIN = ("env", "steps", "seed", "eval_every", "eval_episodes", "batch_size",
+                "buffer_size", "replay", "warmup_steps", "updates_per_step", "num_envs", "quiet")
+# flags that only mean something with one of these --replay choices: an algorithm without any
+# of them does not take the flag (it would be recorded and never used)
+REPLAY_FLAGS = {"refer_": ("refer", "refer1", "refer2"), "replay_diagnostics": ("refer",),
+                "per_": ("per",)}
+
+
+def applies(spec, name: str) -> bool:
+    """Whether algorithm ``spec`` takes the training flag of field ``name``."""
+    for prefix, replays in REPLAY_FLAGS.items():
+        if name.startswith(prefix):
+            return any(r in spec.replays for r in replays)
+    return True
+
+
+def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str, defaults,
+                shown=None, spec=None, title: str | None = None) -> None:
+    """One flag per field of ``cls``; ``shown(name)`` False: parsed but left out of --help.
+    With ``spec``, the training fields the algorithm does not take get no flag."""
+    group = parser.add_argument_group(title or f"{prefix or 'training'} options")
     for f in C.fields_of(cls):
+        if spec is not None and not applies(spec, f.name):
+            continue
         tp = C.field_type(cls, f)
         dest = (prefix + "." if prefix else "") + f.name
         default = getattr(defaults, f.name)
         help_ = f"{f.metadata.get('help', '')} (default: {default})"
+        if shown is not None and not shown(f.name):
+            help_ = argparse.SUPPRESS
         kw = dict(dest=dest, default=argparse.SUPPRESS, help=help_)
         if tp is bool:
             group.add_argument(_flag(prefix, f.name), action=argparse.BooleanOptionalAction, **kw)
@@ -84,14 +108,39 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str, default
             group.add_argument(_flag(prefix, f.name), type=int, nargs="+", metavar="N", **kw)
         else:
             choices = f.metadata.get("choices")
+            if spec is not None and f.name == "replay":
+                choices = spec.replays  # the replays the agent implements
             group.add_argument(_flag(prefix, f.name), type=tp, choices=choices,
                                metavar=None if choices else f.name.upper(), **kw)
 
 
-def train_parser(algo: str) -> Parser:
+class _HelpAll(argparse.Action):
+    """--help-all: every flag the algorithm takes, then exit."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help=None):
+        super().__init__(option_strings, dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        train_parser(parser.algo, full=True).print_help()
+        parser.exit()
+
+
+def train_parser(algo: str, full: bool = True) -> Parser:
+    """The flags of ``offpolicy train ALGO``. ``full`` False: its --help shows the common
+    training flags and ALGO's own section (every flag still parses; --help-all lists them)."""
     spec = registry.get(algo)
-    p = Parser(prog=f"offpolicy train {algo}", description=spec.description,
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    usage = (f"offpolicy train {algo} [--env ENV_ID] [--steps N] [--seed S] [--run-dir DIR] "
+             "[--preset NAME] [--config FILE.yaml] [--resume] [--FLAG VALUE ...]")
+    epilog = None if full else (
+        f"Shown: the common training flags and {algo}'s own (--{spec.section}.*). Every flag "
+        f"{algo} takes (replay, scale-out, normalisation, logging, ...): offpolicy train "
+        f"{algo} --help-all")
+    p = Parser(prog=f"offpolicy train {algo}", description=spec.description, usage=usage,
+               epilog=epilog, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.algo = algo
+    p.add_argument("--help-all", action=_HelpAll,
+                   help="every flag this algorithm takes, then exit")
     p.add_argument("--run-dir", type=Path, default=argparse.SUPPRESS,
                    help="run directory (default: runs/<algo>-<env>-s<seed>)")
     p.add_argument("--config", type=Path, default=argparse.SUPPRESS,
@@ -104,8 +153,11 @@ def train_parser(algo: str) -> Parser:
     # the defaults shown are this algorithm's resolved ones (its own batch size, replay,
     # memory...), not the dataclasses'
     defaults = registry.resolve(algo)
-    _add_fields(p, C.TrainConfig, "", defaults.train)
-    _add_fields(p, spec.config_cls, spec.section, defaults.agent)
+    _add_fields(p, C.TrainConfig, "", defaults.train,
+                shown=None if full else (lambda name: name in COMMON_TRAIN), spec=spec,
+                title=None if full else "common training options")
+    _add_fields(p, spec.config_cls, spec.section, defaults.agent,
+                title=f"{algo} options (--{spec.section}.*)")
     return p
 
 

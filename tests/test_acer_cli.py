@@ -85,7 +85,7 @@ def test_cli_unknown_acer_flag_is_one_line(tmp_path):
                                       "--acer.trust-region")
     # the misspelt flag's section is listed, not every flag of the command
     assert "(acer flags: --acer.activation" in line and "--batch-size" not in line
-    assert line.endswith("every flag: offpolicy train acer --help)")
+    assert line.endswith("every flag: offpolicy train acer --help-all)")
 
 
 def test_atari_smoke(tmp_path):

@@ -114,7 +114,11 @@ def cli_reference() -> str:
                       and f.name != "env"]
         out += [f"### `{a.name}`", "", a.description, "",
                 f"- actions: {', '.join(a.action_kinds)}",
-                f"- `--replay`: {', '.join(a.replays)}",
+                f"- `--replay`: {', '.join(a.replays)}"
+                + ("" if "refer" in a.replays else " (so no `--refer-*` or `--replay-diagnostics`)")
+                + ("" if "per" in a.replays else " (no `--per-*`)"),
+                f"- `offpolicy train {a.name} --help`: the common training flags and the table "
+                f"below; `offpolicy train {a.name} --help-all`: every flag it takes",
                 f"- presets: {_cell(describe_presets(a).replace('%%', '%'))}",
                 "- training defaults of its own: " + (", ".join(train_diff) or "none"), "",
                 *head, *flag_rows(a.config_cls, a.section, resolved.agent), ""]

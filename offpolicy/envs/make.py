@@ -8,6 +8,8 @@ Observations are flat float32 vectors, except images: a 3-D uint8 Box (Atari's s
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import warnings
 
 import gymnasium as gym
@@ -125,6 +127,28 @@ def _atari_preprocessing(env: gym.Env) -> gym.Env:
     return FramesLast(gym.wrappers.FrameStackObservation(env, ATARI_FRAMES))
 
 
+def _import_env_module(module: str) -> None:
+    """Import the module of a ``module:EnvId`` id. Not found on the import path, it is looked
+    for in the working directory, as ``python -m offpolicy`` would find it (the console script
+    does not put the working directory on the path): the folder then stays on the path, for the
+    env copies' subprocesses too."""
+    try:
+        importlib.import_module(module)
+        return
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        cwd = os.getcwd()
+        if e.name not in (top, module) or cwd in sys.path or "" in sys.path:
+            raise
+    sys.path.insert(0, cwd)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name in (top, module):
+            sys.path.remove(cwd)
+        raise
+
+
 def make_env(env_id: str, seed: int | None = None, observe_action_reward: bool = False,
              **kwargs) -> gym.Env:
     """Create a Gymnasium env with a flat float32 observation vector, or uint8 frames.
@@ -177,10 +201,13 @@ def make_env(env_id: str, seed: int | None = None, observe_action_reward: bool =
     if ":" in env_id:  # "package.module:EnvName-v0" imports the module that registers it
         module, _, name = env_id.partition(":")
         try:
-            importlib.import_module(module)
+            _import_env_module(module)
         except ImportError as e:
             raise OffpolicyError(f"cannot import module '{module}' for env '{env_id}': "
-                                 f"{_one_line(e)}") from e
+                                 f"{_one_line(e)} (looked on the import path and in the "
+                                 f"working directory {os.getcwd()}: run from the folder that "
+                                 f"holds {module.split('.')[0]}.py, install it, or add its "
+                                 "folder to PYTHONPATH)") from e
         except Exception as e:  # the module itself is broken
             raise _construction_error(given, e) from e
         env_id = name

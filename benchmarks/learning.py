@@ -416,10 +416,12 @@ def peer_command(peers_python: str):
                   "--eval-episodes", str(run.eval_episodes)]
         if run.entry.peer == "pfrl":
             return [peers_python, str(HERE / "peers_pfrl.py"), "learn", *common]
-        # DDPG: the ACE protocol's one batch of random steps; TD3 and SAC: SB3's 100
-        warmup = "64" if run.entry.algo == "ddpg" else "100"
+        # DDPG: the ACE protocol's one batch of random steps; TD3 and SAC: SB3's 100; PPO has
+        # no warm-up (peers.py refuses one)
+        warmup = {"ddpg": ["--warmup", "64"], "ppo": []}.get(run.entry.algo,
+                                                            ["--warmup", "100"])
         return [peers_python, str(HERE / "peers.py"), "learn", "--lib", run.entry.peer,
-                "--algo", run.entry.algo, *run.entry.flags, *common, "--warmup", warmup]
+                "--algo", run.entry.algo, *run.entry.flags, *common, *warmup]
 
     return command
 

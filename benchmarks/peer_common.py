@@ -1,9 +1,9 @@
-"""Machinery shared by the peer scripts ``peers.py`` (SB3/SBX DDPG) and ``peers_pfrl.py``
-(PFRL ACER): the JSON result line and stderr log, library versions, the deterministic
-evaluation episodes, ``DIR/eval.csv`` (written row by row, read back, the skip of a finished
-run) and ``DIR/config.json``, the checkpoint of a peer run (``DIR/checkpoint.npz``, without
-pickle), and the command-line options both ``learn`` / ``throughput``
-subcommands take.
+"""Machinery shared by the peer scripts ``peers.py`` (SB3/SBX DDPG, TD3, SAC, DQN; SB3 PPO) and
+``peers_pfrl.py`` (PFRL ACER): the JSON result line and stderr log, library versions, the
+deterministic evaluation episodes, ``DIR/eval.csv`` (written row by row, read back, the skip of
+a finished run), ``DIR/train.csv`` (PPO's training episodes) and ``DIR/config.json``, the
+checkpoint of a peer run (``DIR/checkpoint.npz``, without pickle), PPO's annealed learning
+rate, and the command-line options both ``learn`` / ``throughput`` subcommands take.
 
 Imported by those scripts (their directory is on ``sys.path`` when run as
 ``python benchmarks/peers.py ...``).  It imports no RL library or torch at module level, so
@@ -30,6 +30,11 @@ import numpy as np
 EVAL_HEADER = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
 EVAL_SEED_OFFSET = 10_000
 EVAL_CSV = "eval.csv"
+# the training episodes' columns of our library's train.csv (offpolicy/training/logger.py):
+# the running count of finished training episodes and the mean undiscounted return of those
+# finished since the previous row (nan when none did)
+TRAIN_HEADER = ["step", "wall_time", "episodes", "episode_return"]
+TRAIN_CSV = "train.csv"
 
 
 # --------------------------------------------------------------------------- output
@@ -129,12 +134,50 @@ def record_eval(csv_path: Path, step: int, returns: np.ndarray,
     keeps its partial curve); returns the mean and (population) std of ``returns``."""
     episodes = len(returns)
     mean, std = float(returns.mean()), float(returns.std(ddof=0))
-    row = [step, mean, std, std / math.sqrt(episodes), episodes, wall]
+    append_row(csv_path, [step, mean, std, std / math.sqrt(episodes), episodes, wall])
+    return mean, std
+
+
+def append_row(csv_path: Path, row: list[Any]) -> None:
+    """Append ``row`` to ``csv_path``, flushed and synced (a killed run keeps what it wrote)."""
     with csv_path.open("a", newline="") as f:
         csv.writer(f).writerow(row)
         f.flush()
         os.fsync(f.fileno())
-    return mean, std
+
+
+def record_train(csv_path: Path, step: int, wall: float, episodes: int,
+                 returns: list[float]) -> None:
+    """Append one row of ``train.csv`` (:data:`TRAIN_HEADER`): ``episodes`` finished so far,
+    ``returns`` those finished since the previous row (their mean; nan when empty)."""
+    mean = float(np.mean(returns)) if returns else math.nan
+    append_row(csv_path, [step, round(wall, 3), episodes, mean])
+
+
+def start_train_csv(run_dir: Path) -> Path:
+    """A fresh ``train.csv`` with its header (a killed run's rows without a usable checkpoint
+    are discarded); returns its path."""
+    path = run_dir / TRAIN_CSV
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerow(TRAIN_HEADER)
+    return path
+
+
+class AnnealedRate:
+    """The learning rate ``eta / (1 + anneal * t)`` at ``t`` env steps, as SB3 schedules
+    rates: called with ``progress_remaining`` = 1 - t / T, where T is the ``total_timesteps``
+    of ``learn()`` (plus the step a run resumed at: SB3 adds ``num_timesteps`` to it when
+    ``reset_num_timesteps=False``), so ``t = (1 - progress_remaining) * total_steps`` with
+    ``total_steps`` the run's whole length in both a fresh and a resumed run."""
+
+    def __init__(self, eta: float, anneal: float, total_steps: int) -> None:
+        self.eta, self.anneal, self.total_steps = eta, anneal, total_steps
+
+    def at_step(self, t: float) -> float:
+        return self.eta / (1.0 + self.anneal * t)
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.at_step((1.0 - progress_remaining) * self.total_steps)
 
 
 def read_eval_csv(path: Path) -> list[dict[str, float]]:
@@ -204,6 +247,7 @@ def start_run(run_dir: Path, settings: dict[str, Any], lib_versions: dict[str, s
     the path of ``eval.csv``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CHECKPOINT).unlink(missing_ok=True)
+    (run_dir / TRAIN_CSV).unlink(missing_ok=True)  # a killed run's: the peer starts its own
     config = {
         "settings": settings,
         "versions": lib_versions,
@@ -302,17 +346,24 @@ def load_checkpoint(run_dir: Path, settings: dict[str, Any],
     return meta, decode_tree(meta["skeleton"], arrays, as_tensor)
 
 
-def continue_run(run_dir: Path, step: int) -> tuple[Path, list[float]]:
-    """Resume at the checkpoint's ``step``: ``eval.csv`` keeps its rows up to that step (the
-    later ones, from after the checkpoint, are dropped: the run redoes them) and
-    ``config.json`` records the resumption. Returns the path of ``eval.csv`` and the kept
-    evaluations' means."""
-    csv_path = run_dir / EVAL_CSV
-    # the kept rows as record_eval wrote them; only their step is read (a row cut short by the
-    # kill comes after the checkpoint's, which is written after its own row)
+def keep_rows_to(csv_path: Path, step: int) -> None:
+    """Drop the rows of ``csv_path`` after ``step`` (the kept rows stay as written; only their
+    step is read: a row cut short by the kill comes after the checkpoint's, which is written
+    after its own rows)."""
     header, *lines = csv_path.read_text().splitlines()
     kept = [ln for ln in lines if ln and int(ln.split(",", 1)[0]) <= step]
     csv_path.write_text("\n".join([header, *kept]) + "\n")
+
+
+def continue_run(run_dir: Path, step: int) -> tuple[Path, list[float]]:
+    """Resume at the checkpoint's ``step``: ``eval.csv`` (and ``train.csv``, where the peer
+    writes one) keeps its rows up to that step (the later ones, from after the checkpoint, are
+    dropped: the run redoes them) and ``config.json`` records the resumption. Returns the path
+    of ``eval.csv`` and the kept evaluations' means."""
+    csv_path = run_dir / EVAL_CSV
+    keep_rows_to(csv_path, step)
+    if (run_dir / TRAIN_CSV).exists():
+        keep_rows_to(run_dir / TRAIN_CSV, step)
     rows = read_eval_csv(csv_path)
     config_path = run_dir / "config.json"
     config = json.loads(config_path.read_text())

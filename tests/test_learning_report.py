@@ -324,6 +324,19 @@ def test_a_peer_variant_passes_its_flags_to_the_peer_script(tmp_path):
     assert hybrid[8] == "ours" and "--init" not in hybrid
 
 
+def test_the_ppo_peer_runs_sb3s_ppo_without_a_warm_up(tmp_path):
+    """refer-1m's sb3-ppo is benchmarks/peers.py's SB3 PPO; PPO has no warm-up, and peers.py
+    refuses one, so its command passes none (DDPG, TD3 and SAC keep theirs)."""
+    entry = learning.entry_of("sb3-ppo")
+    assert (entry.peer, entry.algo, entry.flags) == ("sb3", "ppo", ())
+    _, runs = _grid("refer-1m", tmp_path, "HalfCheetah-v5", 1000, [0], ["sb3-ppo"])
+    command = learning.peer_command("python")(runs[0])
+    assert command[2:7] == ["learn", "--lib", "sb3", "--algo", "ppo"]
+    assert "--warmup" not in command
+    _, runs = _grid("td3-loop-ablation", tmp_path, "HalfCheetah-v5", 1000, [0], ["sb3-td3"])
+    assert learning.peer_command("python")(runs[0])[-2:] == ["--warmup", "100"]
+
+
 def test_every_entry_of_ours_parses_as_a_train_command():
     """A typo in a grid's flags would only surface hours into a benchmark: every entry of
     every grid that is ours must parse with `offpolicy train` (peers are skipped)."""

@@ -64,3 +64,51 @@ def test_flags_an_algorithm_does_not_take_are_refused(tmp_path, algo, flags, con
     line = assert_one_line_error(proc, contains)
     assert "--help-all" in line or "choose from" in line
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("args, name", [
+    (["ace", "--ace.num-actors", "10"], "ace-Pendulum-v1-num-actors10-s0"),
+    (["ddpg", "--replay", "refer"], "ddpg-Pendulum-v1-refer-s0"),  # its derived memory: not
+    (["ddpg", "--replay", "refer", "--buffer-size", "1000"],
+     "ddpg-Pendulum-v1-refer-buffer-size1000-s0"),
+    (["sac", "--sac.hidden", "64", "64", "--batch-size", "32"],
+     "sac-Pendulum-v1-batch-size32-hidden64x64-s0"),
+    (["ddpg", "--preset", "smarties", "--replay", "er"], "ddpg-Pendulum-v1-smarties-er-s0"),
+    (["ddpg", "--steps", "5000", "--warmup-steps", "10", "--quiet"], "ddpg-Pendulum-v1-s0"),
+    (["ddpg", "--no-ddpg.shared-encoder", "--ddpg.tau", "0.001"], "ddpg-Pendulum-v1-s0"),
+])
+def test_default_run_names_carry_the_settings_that_differ(args, name):
+    from offpolicy.train_args import resolve_train
+    from offpolicy.training.rundir import default_run_dir
+
+    assert default_run_dir(resolve_train(args[0], args[1:]), new=False).name == name
+
+
+def test_a_long_list_of_settings_becomes_a_stable_hash():
+    from offpolicy.train_args import resolve_train
+    from offpolicy.training.rundir import default_run_dir
+
+    flags = ["--ddpg.tau", "0.01", "--ddpg.actor-lr", "0.0003", "--ddpg.critic-lr", "0.003",
+             "--ddpg.hidden", "64", "64"]
+    a = default_run_dir(resolve_train("ddpg", flags), new=False).name
+    b = default_run_dir(resolve_train("ddpg", flags[2:] + flags[:2]), new=False).name
+    other = default_run_dir(resolve_train("ddpg", flags[:-1] + ["32"]), new=False).name
+    assert a == b and a.startswith("ddpg-Pendulum-v1-cfg") and len(a) < 40 and a != other
+
+
+def test_evaluation_lines_name_the_env(tmp_path):
+    import contextlib
+    import io
+
+    from offpolicy.training.logger import RunLogger
+
+    long_title = "ddpg dm_control/cartpole-swingup-v0 s3"
+    for title in ("ddpg HalfCheetah-v5 s3", long_title):
+        logger = RunLogger(None, [], 1000, 0, True, title)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            logger.log_eval({"step": 1_000_000, "return_mean": -12345.678, "return_se": 123.4,
+                             "episodes": 20})
+        line = out.getvalue().strip()
+        assert line.startswith(title) and "step 1000000 eval -12345.68 +- 123.40" in line
+        assert len(line) <= 80 or title == long_title

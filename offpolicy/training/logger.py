@@ -344,12 +344,12 @@ class RunLogger:
             self._eval.write(row)
             self._tb.add_scalar("eval/return_mean", row["return_mean"], row["step"])
         n = row["episodes"]
-        what = (f"step {row['step']} eval {row['return_mean']:.2f} +- {row['return_se']:.2f} "
-                f"(s.e. over {n} episode{'s' if n != 1 else ''})")
-        line = f"{self.title} {what}"
-        if len(line) > 80:  # fits 80 columns: the title's algorithm and seed only
-            parts = self.title.split()
-            line = f"{parts[0]} {parts[-1]} {what}"
+        what = f"step {row['step']} eval {row['return_mean']:.2f} +- {row['return_se']:.2f}"
+        line = f"{self.title} {what} (s.e. over {n} episode{'s' if n != 1 else ''})"
+        if len(line) > 80:  # fits 80 columns where it can: the env stays, the note shrinks
+            line = f"{self.title} {what} (s.e., {n} ep.)"
+        if len(line) > 80:
+            line = f"{self.title} {what}"
         if self._progress is not None:
             self._progress.console.print(line)
         else:

@@ -36,17 +36,67 @@ def resumed_config(run_dir: str | Path, requested: registry.RunConfig,
     return saved_run.resumed_with(requested, train_fields, agent_fields, where=str(run_dir))
 
 
+# training fields that say how long a run is (its warm-up scales with it), how it is watched
+# or where it keeps files, not what it learns: a run name leaves them out
+NAME_SKIPS = {"env", "steps", "seed", "warmup_steps", "eval_every", "eval_episodes",
+              "checkpoint_every", "log_every", "quiet", "save_replay", "async_envs",
+              "ray_address", "max_collector_restarts"}
+NAME_FLAGS_MAX = 40  # characters of flags in a name; longer: a short hash of them
+
+
+def _token(name: str, value) -> str:
+    """``num_actors`` = 10 -> ``num-actors10``; a tuple joins with x; a bool is its flag."""
+    flag = name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else f"no-{flag}"
+    if isinstance(value, (tuple, list)):
+        value = "x".join(map(str, value))
+    return f"{flag}{value}".replace("/", "_").replace(":", "_")
+
+
+def name_flags(run: registry.RunConfig) -> list[str]:
+    """The settings of ``run`` that differ from its algorithm's (and preset's) defaults on its
+    env, as short stable tokens: the replay first, then the training fields, then the
+    algorithm's, each in field order."""
+    from offpolicy import config as C
+
+    tc = run.train
+    plain = registry.resolve(run.algo, preset=run.preset, train_overrides={"env": tc.env})
+    # what the replay, the length and the env copies derive (ReF-ER's half-run memory) is not
+    # a choice of its own
+    derived = {"env": tc.env, "replay": tc.replay, "steps": tc.steps, "num_envs": tc.num_envs}
+    base = registry.resolve(run.algo, preset=run.preset, train_overrides=derived)
+    out = [tc.replay] if tc.replay != plain.train.replay else []
+    if tc.num_envs != plain.train.num_envs:
+        out.append(_token("num_envs", tc.num_envs))
+    for cfg, ref in ((tc, base.train), (run.agent, base.agent)):
+        for f in C.fields_of(type(cfg)):
+            if f.name in NAME_SKIPS or f.name in derived:
+                continue
+            if getattr(cfg, f.name) != getattr(ref, f.name):
+                out.append(_token(f.name, getattr(cfg, f.name)))
+    return out
+
+
 def default_run_dir(run: registry.RunConfig, new: bool = True, root: str | Path = "runs"
                     ) -> Path:
-    """``runs/<algo>-<env>[-<preset>][-<replay>]-s<seed>``: the preset and the replay when they
-    are not the algorithm's defaults; for a ``new`` run that finds the name taken, ``_2``,
-    ``_3``... (a resumed run takes the plain name: name another with ``--run-dir``)."""
+    """``runs/<algo>-<env>[-<preset>][-<flags>]-s<seed>``: the preset when it is not the
+    algorithm's default, then the settings that differ from what the algorithm and preset
+    give (:func:`name_flags`: ``ace-HalfCheetah-v5-num-actors10-s0``; beyond
+    :data:`NAME_FLAGS_MAX` characters a hash of them, ``cfg1a2b3c4d``); for a ``new`` run that
+    finds the name taken, ``_2``, ``_3``... (a resumed run takes the plain name: name another
+    with ``--run-dir``)."""
+    import hashlib
+
     base = registry.resolve(run.algo, train_overrides={"env": run.train.env})
     parts = [run.algo, run.train.env.replace("/", "_").replace(":", "_")]
     if run.preset not in (None, base.preset):
         parts.append(run.preset)
-    if run.train.replay != base.train.replay:
-        parts.append(run.train.replay)
+    flags = name_flags(run)
+    if flags:
+        joined = "-".join(flags)
+        parts.append(joined if len(joined) <= NAME_FLAGS_MAX else
+                     "cfg" + hashlib.sha256(joined.encode()).hexdigest()[:8])
     name = Path(root) / f"{'-'.join(parts)}-s{run.train.seed}"
     n, path = 1, name
     while new and path.exists() and any(c.name != LOCK_FILE for c in path.iterdir()):

@@ -161,3 +161,34 @@ def test_the_loop_columns_are_named_in_the_cli_guide():
     loop = RunLogger(None, [], 0, 0, True, "").train_columns + distributed.COLUMNS
     missing = set(loop) - _named(DOCS / "cli.md", "### train.csv columns")
     assert not missing, f"docs/cli.md '### train.csv columns' does not name {missing}"
+
+
+def test_every_expected_results_row_is_a_report_run_with_its_command():
+    """docs/expected.yaml: each command parses as the train command it shows, its report has
+    runs at its --steps, and the flags the report says its entry and grid ran with are in it."""
+    import shlex
+
+    import yaml
+    from offpolicy_docs import EXPECTED, EXPECTED_MARK, RESULTS, expected_rows
+
+    from offpolicy.train_args import resolve_train
+
+    pages = yaml.safe_load(EXPECTED.read_text())
+    for algo in pages:
+        assert EXPECTED_MARK in (DOCS / "algorithms" / f"{algo}.md").read_text(), algo
+        for row in expected_rows(algo):
+            argv = shlex.split(row["command"])
+            assert argv[:2] == ["offpolicy", "train"], row
+            resolve_train(argv[2], argv[3:])
+            assert row["finals"], (algo, row["report"], row["entry"])
+            report = (RESULTS / f"{row['report']}.md").read_text()
+            m = re.search(rf"{re.escape(row['entry'])} = `offpolicy train (\S+)([^`]*)`", report)
+            if m:  # the entry's own flags
+                assert m.group(1) == argv[2], row
+                for flag in shlex.split(m.group(2)):
+                    assert flag in argv, (row, flag)
+            grid = re.search(r"Every run gets `([^`]*)`", report)
+            for flag in shlex.split(grid.group(1)) if grid else []:
+                assert flag in argv, (row, flag)
+    for page in (DOCS / "algorithms").glob("*.md"):
+        assert page.stem in pages, f"{page.name} has no What to expect rows"

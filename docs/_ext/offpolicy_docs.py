@@ -5,6 +5,9 @@
   config dataclasses (:func:`cli_reference`).
 - ``results/``: the committed reports of ``benchmarks/results/`` (Markdown, plots, CSVs) and an
   index of them, each with the command that reproduced it.
+- Each algorithm page's "What to expect" table (the line ``<!-- expected-results -->``): the
+  final return of the runs ``docs/expected.yaml`` names, from the committed report CSVs
+  (:func:`expected_table`).
 
 Links from the hand-written pages to ``benchmarks/results/...`` (right on GitHub) are pointed
 at the copies while Sphinx reads the pages.
@@ -168,10 +171,57 @@ def generate(app) -> None:
 
 
 _RESULT_LINK = re.compile(r"\]\((?:\.\./)+benchmarks/results/")
+EXPECTED = ROOT / "docs" / "expected.yaml"
+EXPECTED_MARK = "<!-- expected-results -->"
+
+
+def expected_rows(algo: str) -> list[dict]:
+    """``docs/expected.yaml``'s rows for an algorithm page, each with ``steps`` (the
+    command's ``--steps``) and ``finals``: the evaluation return at that step of each seed
+    whose run reached it (a run in progress is left out)."""
+    import csv
+    import shlex
+
+    import yaml
+
+    out = []
+    for row in yaml.safe_load(EXPECTED.read_text()).get(algo, []):
+        argv = shlex.split(row["command"])
+        steps = int(argv[argv.index("--steps") + 1])
+        with open(RESULTS / f"{row['report']}.csv", newline="") as f:
+            evals = [r for r in csv.DictReader(f) if r["entry"] == row["entry"]
+                     and r.get("env", row["env"]) == row["env"]]
+        at: dict[str, float] = {}
+        for r in evals:
+            if int(r["step"]) == steps:
+                at[r["seed"]] = float(r["return_mean"])
+        out.append({**row, "steps": steps, "finals": [at[s] for s in sorted(at, key=int)]})
+    return out
+
+
+def expected_table(algo: str, link: bool = True) -> str:
+    """The "What to expect" table of an algorithm page (Markdown)."""
+    import numpy as np
+
+    lines = ["| env | steps | final return (mean ± s.e.) | seeds | command | report |",
+             "|---|---:|---:|---:|---|---|"]
+    for row in expected_rows(algo):
+        x = np.asarray(row["finals"], float)
+        value = (f"{x.mean():.1f} ± {x.std(ddof=1) / np.sqrt(len(x)):.1f}" if len(x) > 1
+                 else f"{x[0]:.1f}")
+        report = (f"[{row['report']}](../../benchmarks/results/{row['report']}.md)" if link
+                  else f"`{row['report']}`")
+        lines.append(f"| {row['env']} | {row['steps']} | {value} | {len(x)} | "
+                     f"`{_cell(row['command'])}` | {report} |")
+    return "\n".join(lines)
 
 
 def rewrite_links(app, docname: str, source: list[str]) -> None:
-    """``](../../benchmarks/results/x.md)`` -> the copy under ``results/``."""
+    """An algorithm page's expected-results line -> its table; ``](../../benchmarks/results/
+    x.md)`` -> the copy under ``results/``."""
+    if EXPECTED_MARK in source[0] and docname.startswith("algorithms/"):
+        table = expected_table(docname.split("/", 1)[1], link=bool(app.config.offpolicy_results))
+        source[0] = source[0].replace(EXPECTED_MARK, table)
     depth = docname.count("/")
     source[0] = _RESULT_LINK.sub("](" + "../" * depth + "results/", source[0])
 

@@ -1,4 +1,4 @@
-"""The ``offpolicy`` command: train, eval, plot, table, list, bench, suite.
+"""The ``offpolicy`` command: train, eval, plot, table, list, bench, suite, export.
 
 Every bad input (unknown algorithm, env, flag or preset; invalid value; missing or corrupt
 checkpoint; NaN/inf in data or losses; an environment that raises in ``reset()`` or ``step()``)
@@ -201,6 +201,47 @@ def cmd_eval(argv: list[str]) -> int:
                                 std=t.agent.config.proposal_std)
         print(f"wrote {out} ({len(trace['reward'])} steps, return "
               f"{float(sum(trace['reward'])):.2f})")
+    return 0
+
+
+def cmd_export(argv: list[str]) -> int:
+    from offpolicy.export import FORMATS, export
+
+    p = _Parser(prog="offpolicy export", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                description="write a run's deterministic policy (observation normalisation "
+                "included) as ONNX or as NumPy code, or its model card in the Hugging Face "
+                "Hub's layout")
+    p.add_argument("run_dir", type=Path, help="a run directory, or an Agent.save directory")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="onnx: policy.onnx (needs the export extra); numpy: policy.py + .json "
+                   "+ .npz; card: README.md with the config, evaluations and curve")
+    p.add_argument("--out", type=Path, default=None, help="the folder to write")
+    p.add_argument("--hub", type=Path, default=None, metavar="DIR",
+                   help="the model card with the checkpoint in DIR, ready for "
+                   "huggingface_hub's upload_folder")
+    p.add_argument("--checkpoint", choices=("latest", "best"), default="latest",
+                   help="which checkpoint of a run directory")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out file or non-empty folder")
+    a = p.parse_args(argv)
+    if a.hub is not None:
+        if a.out is not None:
+            raise OffpolicyError("--hub DIR names the folder to write: give --hub or --out, "
+                                 "not both")
+        if a.format not in (None, "card"):
+            raise OffpolicyError(f"--hub writes the model card with the checkpoint; --format "
+                                 f"{a.format} writes with --out DIR")
+        fmt, out = "card", a.hub
+    else:
+        if a.format is None:
+            raise OffpolicyError(f"--format is required ({', '.join(FORMATS)}), or --hub DIR")
+        if a.out is None:
+            raise OffpolicyError(f"--format {a.format} needs --out DIR (the folder to write)")
+        fmt, out = a.format, a.out
+    existed = out.exists()
+    what = export(a.run_dir, fmt, out, a.checkpoint, a.force, hub=a.hub is not None)
+    print(f"wrote {out}: {what}" + (" (replacing what was there)" if existed and a.force
+                                    else ""))
     return 0
 
 
@@ -450,7 +491,7 @@ def cmd_suite(argv: list[str]) -> int:
 
 
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "plot": cmd_plot, "table": cmd_table,
-            "list": cmd_list, "bench": cmd_bench, "suite": cmd_suite}
+            "list": cmd_list, "bench": cmd_bench, "suite": cmd_suite, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -464,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
               "  list                      algorithms, action kinds, presets\n"
               "  bench ALGO                throughput, update-only rate, FLOP efficiency\n"
               "  suite {list,run,report}   experiment grids from papers, local or on Ray\n"
+              "  export RUN_DIR            the policy as ONNX or NumPy; a Hub model card\n"
               "  --version")
         return 0
     if argv[0] == "--version":

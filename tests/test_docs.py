@@ -48,7 +48,7 @@ def test_the_cli_reference_names_every_flag_of_every_algorithm():
                                                           "--preset", "--resume"):
                     assert f"`{flag}" in text or f"--no-{flag[2:]}" in text or \
                         flag.replace("--no-", "--") in text, (algo, flag)
-    for command in ("train", "eval", "plot", "table", "list", "bench", "suite"):
+    for command in ("train", "eval", "plot", "table", "list", "bench", "suite", "export"):
         assert f"### `offpolicy {command}`" in text
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -177,6 +178,9 @@ def write_onnx(agent, folder: Path) -> str:
     r = agent.run
     batch = jax.export.symbolic_shape("B")[0]
     spec = jax.ShapeDtypeStruct((batch, *r.obs_shape), np.dtype(r.obs_dtype))
+    quiet = logging.getLogger("onnx_ir")  # notes on shape values it need not serialise
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         model = jax2onnx.to_onnx(policy_function(agent), [spec], model_name=r.run.algo,
                                  input_names=["obs"], output_names=["action"])
@@ -184,6 +188,8 @@ def write_onnx(agent, folder: Path) -> str:
         text = " ".join(str(e).split())[:300]
         raise OffpolicyError(f"export --format onnx: jax2onnx cannot convert {r.run.algo}'s "
                              f"policy ({type(e).__name__}: {text})") from e
+    finally:
+        quiet.setLevel(level)
     obs, act = _describe_io(agent)
     onnx.helper.set_model_props(model, {
         "offpolicy_version": __version__, "algo": r.run.algo, "env": r.run.train.env,

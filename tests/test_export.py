@@ -70,15 +70,13 @@ class Saved:
         r.obs_norm.rms.mean = rng.normal(0.0, 2.0, d)
         r.obs_norm.rms.var = rng.uniform(0.2, 5.0, d)
         self.path = agent.save(root / case)
-        agent.close()
         # around the statistics, a few far out (clipped at 10 standard deviations)
         self.obs = (r.obs_norm.rms.mean + np.sqrt(r.obs_norm.rms.var)
                     * rng.normal(0.0, 1.5, (N_OBS, d))).astype(np.float32)
         self.obs[:5] *= 40.0
-        loaded = offpolicy.load(self.path)
-        self.discrete = loaded.run.spec.kind != "continuous"
-        self.actions = np.stack([np.asarray(loaded.act(o)) for o in self.obs])
-        loaded.close()
+        self.discrete = r.spec.kind != "continuous"
+        self.actions = np.stack([np.asarray(agent.act(o)) for o in self.obs])
+        agent.close()
 
     def check(self, got: np.ndarray) -> None:
         got = np.asarray(got)

@@ -66,7 +66,7 @@ def check(agent, fmt: str) -> None:
         raise OffpolicyError(
             f"export: {algo} with a recurrent core (--{section}.core {r.run.agent.core}) acts "
             "on the memory of the episode so far, which an exported function of one "
-            "observation does not carry; export a run without --" + section + ".core")
+            f"observation does not carry; export a run without --{section}.core")
     if section == "aql" and r.run.agent.search in SAMPLED_SEARCH:
         raise OffpolicyError(
             f"export: {algo}'s greedy action is the best of candidates sampled afresh on every "
@@ -80,8 +80,8 @@ def check(agent, fmt: str) -> None:
     from offpolicy.networks import is_image
 
     if section not in MLP_FAMILIES:
-        why = ("picks among its actors by a tree search over its learned model"
-               if section == "ace" else "searches the Q value of every action")
+        why = ("picks among its actors by their value (a tree search over its learned model "
+               "at depth > 0)" if section == "ace" else "searches the Q value of every action")
         raise OffpolicyError(f"export --format numpy writes MLP-shaped policies; {algo} {why}: "
                              f"use --format onnx")
     if is_image(r.obs_shape):
@@ -125,7 +125,7 @@ def policy_function(agent):
 
     r = agent.run
     params, net, spec, norm = _acting_params(agent), r.agent, r.spec, r.obs_norm
-    if r.run.section == "aql":  # exact-Q: the argmax over Q of every action, as _exact
+    if r.run.section == "aql":  # exact-Q: argmax over Q of every action, as its search does
         every = net.all_actions
 
         def greedy(x):

@@ -433,7 +433,8 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
                              f"keeps), not --replay {train.replay}")
     # a preset's truncation (smarties) waits for ReF-ER; asked for by flag or file without it,
     # it would be recorded and never used
-    if (getattr(agent, "refer_truncation", 0.0) > 0 and not train.replay.startswith("refer")
+    if (isinstance(agent, C.DDPGConfig) and agent.refer_truncation > 0
+            and not train.replay.startswith("refer")
             and any("refer_truncation" in (d or {}) for d in
                     (agent_overrides, (file_dict or {}).get(spec.section)))):
         raise OffpolicyError(f"--{spec.section}.refer-truncation needs --replay refer, refer1 or "

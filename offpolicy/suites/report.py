@@ -27,6 +27,7 @@ from offpolicy.suites.host import FIELDS as HOST_FIELDS
 from offpolicy.suites.host import host, hosts_of, machine, read_starts, write_starts
 from offpolicy.suites.runner import RunSpec, finished
 from offpolicy.suites.spec import Suite
+from offpolicy.suites.stats import paired_t, welch  # noqa: F401  (the reports' tests)
 
 PACKAGES = ("offpolicy", "jax", "jaxlib", "flax", "optax", "numpy", "gymnasium", "mujoco", "ray")
 
@@ -60,26 +61,6 @@ def seeds_line(groups: dict[str, list[Path]]) -> str:
     return ("\nSeeds per row (rows were extended with other `--seeds` and `--entries`; each "
             "run's log has its command): "
             + "; ".join(f"{e} {seed_ranges(v)}" for e, v in seeds.items()) + ".\n")
-
-
-def welch(a, b, level: float = 0.95) -> tuple[float, float, float, float, float]:
-    """Welch's t-test of mean(a) = mean(b) without assuming equal variances: (t, degrees of
-    freedom by the Welch-Satterthwaite equation, two-sided p, and the ``level`` interval of
-    mean(a) - mean(b), diff +- t_q(df) se, which excludes 0 exactly when p < 1 - level).
-    scipy comes with jax."""
-    from scipy import stats
-
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    if va + vb == 0.0:
-        nan = float("nan")
-        return nan, nan, nan, nan, nan
-    diff, se = a.mean() - b.mean(), np.sqrt(va + vb)
-    t = diff / se
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    half = stats.t.ppf((1 + level) / 2, df) * se
-    return (float(t), float(df), float(2.0 * stats.t.sf(abs(t), df)), float(diff - half),
-            float(diff + half))
 
 
 def final_comparisons(groups: dict[str, list[Path]], pairs, over_curve: bool = False) -> str:
@@ -125,22 +106,6 @@ def _tests_table(title: str, count: str, rows: list[str]) -> str:
                       f"| difference | {count} | mean difference | t | df | p | 95% interval "
                       "| up to step |",
                       "|---|---:|---:|---:|---:|---:|---:|---:|", *rows]) + "\n"
-
-
-def paired_t(a, b, level: float = 0.95) -> tuple[float, float, float, float, float]:
-    """Paired t-test of mean(a - b) = 0 over matched runs (a[i] and b[i] of one seed): (t,
-    df = n - 1, two-sided p, and the ``level`` interval of the mean difference)."""
-    from scipy import stats
-
-    d = np.asarray(a, float) - np.asarray(b, float)
-    se = d.std(ddof=1) / np.sqrt(len(d))
-    if se == 0.0:
-        nan = float("nan")
-        return nan, nan, nan, nan, nan
-    t, df = d.mean() / se, len(d) - 1
-    half = stats.t.ppf((1 + level) / 2, df) * se
-    return (float(t), float(df), float(2.0 * stats.t.sf(abs(t), df)),
-            float(d.mean() - half), float(d.mean() + half))
 
 
 def _final_at(run_dir: Path, upto: int) -> float:

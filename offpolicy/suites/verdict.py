@@ -27,13 +27,19 @@ import numpy as np
 
 from offpolicy.errors import OffpolicyError
 from offpolicy.suites.spec import Claim, Decision
+from offpolicy.suites.stats import (
+    ALPHA,
+    POWER,
+    RESAMPLES,
+    bootstrap_interval,
+    detectable_difference,
+    holm,
+    welch,
+)
 
 # train.csv columns the paper's measure needs: the mean return of the episodes finished in each
 # logging interval, and the running count of episodes (their difference: how many finished)
 TRAIN_COLUMNS = ("episode_return", "episodes")
-ALPHA = 0.05
-POWER = 0.8
-RESAMPLES = 10_000
 
 
 def window_mean(run_dir: Path, steps: int, window: int) -> float:
@@ -69,46 +75,6 @@ def training_window_mean(run_dir: Path, steps: int, window: int) -> float:
     return float(np.sum(r[inside] * n[inside]) / np.sum(n[inside]))
 
 
-def bootstrap_interval(a, b, level: float = 0.95, resamples: int = RESAMPLES,
-                       seed: int = 0) -> tuple[float, float]:
-    """The percentile bootstrap interval of mean(a) - mean(b): each resample draws len(a)
-    runs of a and len(b) of b with replacement (the seeds within each arm), ``resamples``
-    times, from ``numpy.random.default_rng(seed)``."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    rng = np.random.default_rng(seed)
-    da = rng.choice(a, size=(resamples, len(a)), replace=True).mean(axis=1)
-    db = rng.choice(b, size=(resamples, len(b)), replace=True).mean(axis=1)
-    lo, hi = np.percentile(da - db, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
-    return float(lo), float(hi)
-
-
-def detectable_difference(a, b, alpha: float = ALPHA, power: float = POWER) -> float:
-    """The smallest difference of means Welch's two-sided test at ``alpha`` would detect with
-    probability ``power``, given these seeds' standard deviations:
-    (t_{1-alpha/2}(df) + t_{power}(df)) * sqrt(s_a^2 / n_a + s_b^2 / n_b), df by
-    Welch-Satterthwaite."""
-    from scipy import stats
-
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    if va + vb == 0.0:
-        return 0.0
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * math.sqrt(va + vb))
-
-
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the input's order: the i-th smallest of m times
-    (m - i + 1) (i from 1), made non-decreasing, at most 1."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    out, running = [0.0] * m, 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        out[i] = running
-    return out
-
-
 def verdict(diff: float, p: float, lo: float, hi: float, mean_b: float, margin: float,
             alpha: float = ALPHA) -> str:
     """The pre-registered rule (module docstring) for a comparison whose paper says A > B."""
@@ -134,8 +100,6 @@ def decision_section(decision: Decision, groups_by_env: dict[str, dict[str, list
                      steps_by_env: dict[str, int], seeds: tuple[int, ...]) -> str:
     """The report's closing section: a table of every claim's comparison per task (finished
     runs only) and one verdict line per primary claim and task."""
-    from offpolicy.suites.report import welch
-
     rows = []  # (claim, env, a_values, b_values, a_train, b_train)
     for env, steps in steps_by_env.items():
         groups = groups_by_env.get(env, {})

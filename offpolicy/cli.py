@@ -406,6 +406,8 @@ def cmd_suite(argv: list[str]) -> int:
     suite, out, runs = _suite_plan(a)
     command = _suite_run_command(a) if what == "report" else "offpolicy suite run " + " ".join(rest)
     if what == "report":
+        for metric in a.metric or []:  # each draws report_<metric>.png
+            spec.safe_name(suite.path or suite.name, "--metric", metric)
         if a.out is not None and not Path(a.out).is_dir():
             raise OffpolicyError(f"--out {a.out}: no such folder (the folder `offpolicy suite "
                                  f"run {a.suite} --out ...` wrote its runs to)")

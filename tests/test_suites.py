@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,8 +90,58 @@ def test_a_bad_suite_is_one_line_and_exit_2_before_any_run(tmp_path, capsys, ove
 def test_a_suite_name_cannot_lead_out_of_the_suites_folder(tmp_path):
     path = _suite_file(tmp_path)
     path.write_text(path.read_text().replace("name: tiny", "name: ../../escape"))
-    with pytest.raises(OffpolicyError, match=r"name: expected a folder name \(no '/'"):
+    with pytest.raises(OffpolicyError, match=r"name: expected a name of 1-100 letters"):
         spec.load(path)
+
+
+# issue 73, item 1: names from a shared suite file become folders and files under --out
+ESCAPES = [
+    (dict(entries={"../../../escaped-entry": {"algo": "ddpg"}}), "entries.../../../escaped-entry"),
+    (dict(entries={"a/b": {"algo": "ddpg"}}), "entries.a/b"),
+    (dict(entries={"..": {"algo": "ddpg"}}), "entries..."),
+    (dict(entries={"/tmp/abs": {"algo": "ddpg"}}), "entries./tmp/abs"),
+    (dict(envs=["../../Pendulum-v1"]), "envs.../../Pendulum-v1"),
+    (dict(envs=["/Pendulum-v1"]), "envs./Pendulum-v1"),
+    (dict(envs=["ALE/../../x"]), "envs.ALE/../../x"),
+    (dict(metrics=["../../x"]), "metrics"),
+]
+
+
+@pytest.mark.parametrize("over, where", ESCAPES, ids=[w for _, w in ESCAPES])
+def test_a_name_that_would_leave_out_is_refused_and_nothing_written(tmp_path, capsys, over,
+                                                                      where):
+    """Acceptance: a traversal entry name, a name with a slash, an env id or a metric that
+    would put a file outside --out: exit 2, one line, before any run; nothing written."""
+    path = _suite_file(tmp_path, **over)
+    root = tmp_path / "R"
+    for extra in ([], ["--dry-run"]):
+        assert cli.main(["suite", "run", str(path), "--out", str(root / "sr-trav" / "out"),
+                         *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith(f"offpolicy: error: suite {path}: {where}: expected "), err
+        assert "becomes a folder" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing written
+
+
+def test_env_ids_with_namespaces_keep_their_folders(tmp_path):
+    s = spec.load(_suite_file(tmp_path, envs=["dm_control/cartpole-swingup-v0",
+                                              "offpolicy/Platform-v0",
+                                              "toy_envs:ToyTerminate-v0"]))
+    runs = runner.plan(s, runner.default_layout(tmp_path / "out"))
+    assert {r.run_dir.relative_to(tmp_path / "out").parts[0] for r in runs} == {
+        "dm_control_cartpole-swingup-v0", "offpolicy_Platform-v0", "toy_envs:ToyTerminate-v0"}
+
+
+def test_every_planned_run_directory_lies_under_out(tmp_path):
+    """A Suite built without spec.parse (benchmarks/learning.py builds its own) still cannot
+    plan a run directory outside --out."""
+    s = spec.load(_suite_file(tmp_path))
+    bad = spec.Entry("../../escaped", "ddpg")
+    s = replace(s, entries={**s.entries, bad.name: bad},
+                envs=tuple(replace(e, entries=(*e.entries, bad.name)) for e in s.envs))
+    with pytest.raises(OffpolicyError, match=r"would lie outside --out"):
+        runner.plan(s, runner.default_layout(tmp_path / "out"))
 
 
 def test_paired_pairs_parse():

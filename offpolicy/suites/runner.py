@@ -70,9 +70,21 @@ def env_slug(env: str) -> str:
 
 def default_layout(out: Path) -> Callable[[str, str, int], Path]:
     """``OUT/<env>/<entry>/s<seed>``, absolute: a Ray worker resolves no path against its
-    own working directory."""
+    own working directory. A directory that would not lie under ``OUT`` is refused."""
     out = Path(out).resolve()
-    return lambda env, entry, seed: out / env_slug(env) / entry / f"s{seed}"
+
+    def layout(env: str, entry: str, seed: int) -> Path:
+        run_dir = out / env_slug(env) / entry / f"s{seed}"
+        # spec.parse admits only names that stay put; this holds whatever a Suite was built
+        # from. Lexically: a folder under OUT that links elsewhere (a bigger disk) is the
+        # user's own choice
+        normal = Path(os.path.normpath(run_dir))
+        if normal == out or out not in normal.parents:
+            raise OffpolicyError(f"the run directory of entry {entry!r} on {env!r} "
+                                 f"({run_dir}) would lie outside --out {out}")
+        return run_dir
+
+    return layout
 
 
 def plan(suite: Suite, layout: Callable[[str, str, int], Path]) -> list[RunSpec]:

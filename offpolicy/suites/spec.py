@@ -30,6 +30,7 @@ that the algorithm takes the env's actions.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +51,15 @@ ENV_KEYS = ("steps", "eval_every", "entries", "threshold")
 ENTRY_KEYS = ("algo", "flags", "peer", "note")
 EVAL_KEYS = ("every", "episodes")
 PAPER_KEYS = ("steps", "seeds", "eval_every")
+# names that become one folder or file name under --out (the suite's, an entry's, a metric's):
+# a suite file is shared between people, so none may name a path ('..', '/', an absolute one)
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
+SAFE_NAME_TEXT = "1-100 letters, digits, '-', '_', '.' and '+', starting with a letter or digit"
+# an env id becomes a folder with each '/' as '_' (dm_control/cartpole-swingup-v0,
+# offpolicy/Platform-v0, module:EnvName-v0): the same characters and ':', in parts between '/'
+SAFE_ENV_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]*(/[A-Za-z0-9_][A-Za-z0-9_.:+-]*)*")
+SAFE_ENV_ID_TEXT = ("letters, digits, '-', '_', '.', ':' and '+', with '/' between parts that "
+                    "start with a letter, digit or '_'")
 
 
 @dataclass(frozen=True)
@@ -219,6 +229,23 @@ def _str(path, where: str, v) -> str:
     return v
 
 
+def safe_name(path, where: str, v) -> str:
+    """``v`` if it is one folder or file name that stays where it is put (:data:`SAFE_NAME`)."""
+    if not isinstance(v, str) or not SAFE_NAME.fullmatch(v):
+        raise _err(path, where, f"expected a name of {SAFE_NAME_TEXT} (it becomes a folder or "
+                                f"file name under --out), got {v!r}")
+    return v
+
+
+def safe_env_id(path, where: str, v) -> str:
+    """``v`` if it is an env id whose folder (:func:`~offpolicy.suites.runner.env_slug`) stays
+    under --out (:data:`SAFE_ENV_ID`)."""
+    if not isinstance(v, str) or len(v) > 200 or not SAFE_ENV_ID.fullmatch(v):
+        raise _err(path, where, f"expected an env id of {SAFE_ENV_ID_TEXT} (it becomes a "
+                                f"folder under --out), got {v!r}")
+    return v
+
+
 def _unique(path, where: str, values) -> None:
     """A seed or an entry named twice would count one run twice in every statistic."""
     seen = set()
@@ -253,11 +280,8 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     d = _keys(path, "top level", data, TOP_KEYS)
     if "entries" not in d or "envs" not in d:
         raise _err(path, "top level", "needs 'envs' and 'entries'")
-    name = _str(path, "name", d.get("name", Path(str(path)).stem))
-    if not name.strip() or "/" in name or "\\" in name or name.startswith("."):
-        # the name is the runs' folder under runs/suites/: it must not lead out of it
-        raise _err(path, "name", f"expected a folder name (no '/', not starting with '.'), "
-                                 f"got {name!r}")
+    # the name is the runs' folder under runs/suites/: it must not lead out of it
+    name = safe_name(path, "name", d.get("name", Path(str(path)).stem))
     steps = _int(path, "steps", d.get("steps", 100_000), 1)
     ev = _keys(path, "eval", d.get("eval", {}) or {}, EVAL_KEYS)
     every = _int(path, "eval.every", ev.get("every", 10_000), 1)
@@ -273,6 +297,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     entries = {}
     for ename, e in entries_d.items():
         where = f"entries.{ename}"
+        safe_name(path, where, ename)
         e = _keys(path, where, e if e is not None else {}, ENTRY_KEYS)
         peer = e.get("peer")
         if peer is not None and not allow_peers:
@@ -293,6 +318,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     envs = []
     for env, over in envs_d.items():
         where = f"envs.{env}"
+        safe_env_id(path, where, env)
         over = _keys(path, where, over if over is not None else {}, ENV_KEYS)
         names = over.get("entries", list(entries))
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -325,6 +351,8 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     metrics = d.get("metrics", []) or []
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise _err(path, "metrics", f"expected a list of train.csv column names, got {metrics!r}")
+    for m in metrics:  # each draws report_<metric>.png
+        safe_name(path, "metrics", m)
     paper = _keys(path, "paper", d.get("paper", {}) or {}, PAPER_KEYS)
     if "steps" in paper:
         _int(path, "paper.steps", paper["steps"], 1)

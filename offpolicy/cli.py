@@ -358,6 +358,18 @@ def _suite_plan(a):
     return suite, out, runner.plan(suite, runner.default_layout(out))
 
 
+def _check_suite_folder(out: Path) -> None:
+    """``--out`` is a folder, or can become one: refused in one line before any run when it,
+    or the nearest of its parents that exists, is a file or cannot be written."""
+    existing = next(p for p in [out, *out.absolute().parents] if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        what = "is a file" if existing == out else f"cannot be made: {existing} is a file"
+        raise OffpolicyError(f"--out {out} {what}, not a folder (the suite's runs and report "
+                             "go in a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OffpolicyError(f"--out {out}: cannot write in {existing} (permission denied)")
+
+
 def _suite_run_command(a) -> str:
     """The ``offpolicy suite run`` command of a report's selection (what reruns its grid)."""
     parts = ["offpolicy suite run", a.suite]
@@ -420,6 +432,7 @@ def cmd_suite(argv: list[str]) -> int:
         raise OffpolicyError(f"--retries must be 0 or more, got {a.retries}")
     if a.jobs < 1:
         raise OffpolicyError(f"--jobs must be at least 1, got {a.jobs}")
+    _check_suite_folder(out)
     spec.check(suite)
     done, todo = runner.split_finished(runs)
     print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "

@@ -144,6 +144,20 @@ def test_every_planned_run_directory_lies_under_out(tmp_path):
         runner.plan(s, runner.default_layout(tmp_path / "out"))
 
 
+def test_out_that_is_not_a_folder_is_one_line(tmp_path, capsys):
+    """Acceptance: ``--out`` naming a file (or a folder under one) is refused in one line."""
+    path = _suite_file(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    for out, message in ((tmp_path / "afile", "is a file, not a folder"),
+                         (tmp_path / "afile" / "sub", f"cannot be made: {tmp_path / 'afile'} "
+                                                      "is a file")):
+        assert cli.main(["suite", "run", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"offpolicy: error: --out {out} "), err
+        assert message in err, err
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_paired_pairs_parse():
     import tempfile
 

@@ -342,6 +342,9 @@ def _suite_parser(prog: str, description: str, report: bool) -> _Parser:
                        "(default 1; about one per core)")
         p.add_argument("--ray-address", help="run each run as a task on this Ray cluster "
                        "('auto': the one this machine belongs to)")
+        p.add_argument("--ray-connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="Ray: how long the cluster at --ray-address may take to accept a "
+                            "connection before the suite stops with one line (default 10)")
         p.add_argument("--retries", type=int, default=3,
                        help="Ray: attempts after a lost node or a failed run (default 3)")
         p.add_argument("--dry-run", action="store_true",
@@ -383,8 +386,9 @@ def _suite_run_command(a) -> str:
 def cmd_suite(argv: list[str]) -> int:
     usage = ("usage: offpolicy suite {list,run,report} ...\n"
              "  list                  the shipped suites, their runs and budgets\n"
-             "  run SUITE [--jobs J] [--ray-address ADDR] [--seeds ..] [--steps N] [--envs ..]\n"
-             "      [--entries ..] [--paper] [--out DIR]   run (or finish) the grid, then report\n"
+             "  run SUITE [--jobs J] [--ray-address ADDR [--ray-connect-timeout S]] [--seeds ..]\n"
+             "      [--steps N] [--envs ..] [--entries ..] [--paper] [--out DIR]\n"
+             "                        run (or finish) the grid, then report\n"
              "  report SUITE [--out DIR] [--metric M ..]   tables, curves, tests from the runs")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
@@ -432,7 +436,13 @@ def cmd_suite(argv: list[str]) -> int:
         raise OffpolicyError(f"--retries must be 0 or more, got {a.retries}")
     if a.jobs < 1:
         raise OffpolicyError(f"--jobs must be at least 1, got {a.jobs}")
+    if not 0 < a.ray_connect_timeout < float("inf"):  # NaN too
+        raise OffpolicyError(f"--ray-connect-timeout must be > 0, got {a.ray_connect_timeout}")
     _check_suite_folder(out)
+    if a.ray_address:  # before the check builds any env: an unreachable cluster says so first
+        from offpolicy.training.distributed import check_ray_address
+
+        check_ray_address(a.ray_address, a.ray_connect_timeout)
     spec.check(suite)
     done, todo = runner.split_finished(runs)
     print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "
@@ -445,7 +455,8 @@ def cmd_suite(argv: list[str]) -> int:
         report.write_report(suite, runs, out, "report", command)
 
     if a.ray_address:
-        outcome = runner.run_ray(runs, a.ray_address, a.retries, after_each=rewrite)
+        outcome = runner.run_ray(runs, a.ray_address, a.retries, after_each=rewrite,
+                                 connect_timeout=a.ray_connect_timeout)
     else:
         outcome = runner.run_local(runs, a.jobs, after_each=rewrite)
     if outcome.stopped:

@@ -158,6 +158,18 @@ def test_out_that_is_not_a_folder_is_one_line(tmp_path, capsys):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def test_an_unreachable_ray_address_is_one_line_before_any_run(tmp_path, capsys):
+    path, out = _suite_file(tmp_path), tmp_path / "out"
+    for args, message in ((["--ray-address", "127.0.0.1:1"],
+                           "cannot reach the Ray cluster at 127.0.0.1:1: ConnectionRefusedError"),
+                          (["--ray-address", "auto", "--ray-connect-timeout", "0"],
+                           "--ray-connect-timeout must be > 0, got 0.0")):
+        assert cli.main(["suite", "run", str(path), "--out", str(out), *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
+
+
 def test_paired_pairs_parse():
     import tempfile
 

@@ -538,10 +538,12 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
 
 
 def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool = True,
-            stream=None, after_each: Callable[[RunSpec], None] | None = None) -> Outcome:
+            stream=None, after_each: Callable[[RunSpec], None] | None = None,
+            connect_timeout: float = 10.0) -> Outcome:
     """One Ray task per unfinished run on the cluster at ``address`` (``auto``: the one this
     machine belongs to). A run whose task fails (its node lost, the run's process failed) is
-    submitted again, up to ``retries`` more times; a bad input (exit 2) is not retried."""
+    submitted again, up to ``retries`` more times; a bad input (exit 2) is not retried. An
+    address that accepts no connection within ``connect_timeout`` seconds is refused."""
     if retries < 0:
         raise OffpolicyError(f"--retries must be 0 or more, got {retries}")
     try:
@@ -551,7 +553,12 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
             from e
     import logging
 
-    from offpolicy.training.distributed import _one_line, _ray_failure, _spawning
+    from offpolicy.training.distributed import (
+        _one_line,
+        _ray_failure,
+        _spawning,
+        check_ray_address,
+    )
 
     if any(r.entry.peer for r in runs):
         raise OffpolicyError("peer entries run locally (--jobs), not on Ray")
@@ -559,6 +566,7 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
     out = Outcome(done=done)
     if not todo:
         return out
+    check_ray_address(address, connect_timeout)
     try:
         with _spawning():
             ray.init(address=address, include_dashboard=False, log_to_driver=False,

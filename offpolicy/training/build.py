@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -208,6 +209,11 @@ def _check_distributed(run: registry.RunConfig, agent, contract: Contract) -> No
     if tc.segment_length and registry.chunk_steps(tc) != tc.segment_length:
         raise OffpolicyError(f"--collect-steps {tc.collect_steps} must equal --segment-length "
                              f"{tc.segment_length}: a collector's chunk is one segment")
+    address = tc.ray_address or os.environ.get("RAY_ADDRESS", "")
+    if address:
+        from offpolicy.training.distributed import check_ray_address
+
+        check_ray_address(address, tc.ray_connect_timeout)
 
 
 def _check_collector_replay(run: registry.RunConfig, agent, contract: Contract) -> None:

@@ -20,6 +20,7 @@ from offpolicy.errors import OffpolicyError
 from offpolicy.suites import runner, spec
 
 TINY = "--ddpg.hidden 16 16 --batch-size 16 --warmup-steps 100 --log-every 100"
+TD3_TINY = "--td3.hidden 16 16 --batch-size 16 --warmup-steps 100"
 
 
 def _suite_file(tmp_path: Path, name: str = "tiny", **over) -> Path:
@@ -73,6 +74,23 @@ BAD = [
     (dict(envs=["ALE/Pong-v5"], flags="", entries={"x": {"algo": "dqn",
                                                          "flags": "--observe-action-reward"}}),
      "entries.x on ALE/Pong-v5: --observe-action-reward needs a flat observation vector"),
+    # issue 73, item 4: flags that conflict, found by the checks `offpolicy train` makes
+    # before its run starts (they failed every run of the entry)
+    (dict(flags=TD3_TINY, entries={"x": {"algo": "td3",
+                                         "flags": "--td3.core lstm --td3.core-burn-in 4"}}),
+     "entries.x on Pendulum-v1: --td3.core-burn-in applies to --td3.core-start stored"),
+    (dict(flags="--batch-size 16 --warmup-steps 100",
+          entries={"x": {"algo": "vracer", "flags": "--warmup-actions uniform"}}),
+     "entries.x on Pendulum-v1: --warmup-actions uniform: vracer here records the behaviour"),
+    (dict(flags="--batch-size 16 --warmup-steps 100",
+          entries={"x": {"algo": "ddpg", "flags": "--replay refer --warmup-actions uniform"}}),
+     "entries.x on Pendulum-v1: --warmup-actions uniform: ddpg here records the behaviour"),
+    (dict(flags="--batch-size 16", envs=["CartPole-v1"],
+          entries={"x": {"algo": "aql", "flags": "--collector-replay"}}),
+     "entries.x on CartPole-v1: --collector-replay keeps a replay in every remote collector"),
+    (dict(flags="--batch-size 16", entries={"x": {"algo": "ddpg", "flags": "--pipeline "
+                                                  "--num-collectors 2"}}),
+     "entries.x on Pendulum-v1: --pipeline overlaps the env step"),
 ]
 
 

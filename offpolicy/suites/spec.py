@@ -24,8 +24,11 @@ The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the 
 
 Every problem is one line naming the file and the key, raised as
 :class:`~offpolicy.errors.OffpolicyError` (exit 2 from the command) before any run starts:
-:func:`check` parses every entry as the ``offpolicy train`` command it will run and checks
-that the algorithm takes the env's actions.
+:func:`check` resolves every entry on every env as the ``offpolicy train`` command it will
+run resolves it, and makes every check that command makes before its run starts (the
+algorithm takes the env's actions; no two flags conflict). Every name that becomes a folder
+or file under ``--out`` (the suite's, an entry's, a metric's, an env id's) is one of
+:data:`SAFE_NAME` (env ids: :data:`SAFE_ENV_ID`).
 """
 
 from __future__ import annotations
@@ -374,25 +377,48 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
 
 def check(suite: Suite, envs: bool = True) -> None:
     """Every entry parses as the ``offpolicy train`` command it will run (the suite's flags,
-    then its own); with ``envs``, each env is built once and every entry's algorithm must take
-    its actions (after the entry's ``--discretize``)."""
+    then its own) and, on each of its envs, resolves to the full configuration that command
+    resolves (the env's default preset, the suite's steps and evaluation interval against the
+    entry's env copies); with ``envs``, each env is built once and every entry passes on it
+    every check ``offpolicy train`` makes before its run starts
+    (:func:`offpolicy.training.build.check`: the algorithm takes the env's actions, and no
+    two flags conflict), so that a bad entry is refused here rather than failing in every
+    run."""
+    from offpolicy.train_args import resolve_train
+
+    where = suite.path or suite.name
     used = {n for e in suite.envs for n in e.entries}
-    runs = {}
-    for name in used:
+    for name in sorted(used):
         entry = suite.entries[name]
         if entry.peer:
             continue
         try:
             if entry.algo not in registry.ALGORITHMS:
                 registry.get(entry.algo)  # the one-line unknown-algorithm error
-            from offpolicy.train_args import resolve_train
-
-            runs[name] = resolve_train(entry.algo, [*suite.flags, *entry.flags])
+            resolve_train(entry.algo, [*suite.flags, *entry.flags])
         except OffpolicyError as e:
-            raise OffpolicyError(f"suite {suite.path or suite.name}: entries.{name}: {e}") from None
+            raise OffpolicyError(f"suite {where}: entries.{name}: {e}") from None
+    runs = {}  # (env, entry) -> the run's resolved configuration
+    for plan in suite.envs:
+        for name in plan.entries:
+            entry = suite.entries[name]
+            if entry.peer:
+                continue
+            # the flags the runner gives this run (runner.train_command), then the suite's and
+            # the entry's
+            budget = ["--env", plan.env, "--steps", str(plan.steps), "--seed", str(suite.seeds[0]),
+                      "--eval-every", str(min(plan.eval_every, plan.steps)),
+                      "--eval-episodes", str(suite.eval_episodes)]
+            try:
+                runs[plan.env, name] = resolve_train(entry.algo,
+                                                     [*budget, *suite.flags, *entry.flags])
+            except OffpolicyError as e:
+                raise OffpolicyError(f"suite {where}: entries.{name} on {plan.env}: {e}") \
+                    from None
     if not envs:
         return
-    from offpolicy.envs import action_spec, make_env
+    from offpolicy.envs import make_env
+    from offpolicy.training import build
 
     for plan in suite.envs:
         probe = None
@@ -400,35 +426,21 @@ def check(suite: Suite, envs: bool = True) -> None:
             try:
                 probe = make_env(plan.env, 0)
             except OffpolicyError as e:
-                raise OffpolicyError(f"suite {suite.path or suite.name}: envs.{plan.env}: {e}") \
-                    from None
+                raise OffpolicyError(f"suite {where}: envs.{plan.env}: {e}") from None
             for name in plan.entries:
-                if name not in runs:
+                run = runs.get((plan.env, name))
+                if run is None:
                     continue
-                run = runs[name]
-                if run.train.observe_action_reward:  # refused for frames: say so now
-                    from offpolicy.envs.partial import ActionRewardObservation
-
-                    try:
-                        ActionRewardObservation(probe)
-                    except OffpolicyError as e:
-                        raise OffpolicyError(f"suite {suite.path or suite.name}: entries."
-                                             f"{name} on {plan.env}: {e}") from None
-                # the suite's steps and evaluation interval against the entry's env copies
-                budget = replace(run.train, steps=plan.steps,
-                                 eval_every=min(plan.eval_every, plan.steps))
                 try:
-                    registry.check_step_multiples(budget, {"steps", "eval_every"})
+                    env = probe
+                    if run.train.observe_action_reward:  # as make_env wraps it
+                        from offpolicy.envs.partial import ActionRewardObservation
+
+                        env = ActionRewardObservation(probe)
+                    build.check(run, build.EnvFacts.of(env, run.train.discretize))
                 except OffpolicyError as e:
-                    raise OffpolicyError(f"suite {suite.path or suite.name}: entries.{name} on "
-                                         f"{plan.env}: {e}") from None
-                kinds = registry.get(run.algo).action_kinds
-                spec = action_spec(probe, run.train.discretize)
-                if spec.kind not in kinds:
-                    raise OffpolicyError(
-                        f"suite {suite.path or suite.name}: entries.{name} on {plan.env}: "
-                        f"{run.algo} does not support {spec.kind} actions ({plan.env} has "
-                        f"{spec.describe()}); {run.algo} supports: {', '.join(kinds)}")
+                    raise OffpolicyError(f"suite {where}: entries.{name} on {plan.env}: {e}") \
+                        from None
         finally:
             if probe is not None:
                 probe.close()

@@ -377,9 +377,9 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
 
 def check(suite: Suite, envs: bool = True) -> None:
     """Every entry parses as the ``offpolicy train`` command it will run (the suite's flags,
-    then its own) and, on each of its envs, resolves to the full configuration that command
-    resolves (the env's default preset, the suite's steps and evaluation interval against the
-    entry's env copies); with ``envs``, each env is built once and every entry passes on it
+    then its own). With ``envs``, on each of its envs it resolves to the full configuration
+    that command resolves (the env's default preset, the suite's steps and evaluation interval
+    against the entry's env copies), each env is built once and every entry passes on it
     every check ``offpolicy train`` makes before its run starts
     (:func:`offpolicy.training.build.check`: the algorithm takes the env's actions, and no
     two flags conflict), so that a bad entry is refused here rather than failing in every
@@ -398,6 +398,8 @@ def check(suite: Suite, envs: bool = True) -> None:
             resolve_train(entry.algo, [*suite.flags, *entry.flags])
         except OffpolicyError as e:
             raise OffpolicyError(f"suite {where}: entries.{name}: {e}") from None
+    if not envs:
+        return
     runs = {}  # (env, entry) -> the run's resolved configuration
     for plan in suite.envs:
         for name in plan.entries:
@@ -415,8 +417,6 @@ def check(suite: Suite, envs: bool = True) -> None:
             except OffpolicyError as e:
                 raise OffpolicyError(f"suite {where}: entries.{name} on {plan.env}: {e}") \
                     from None
-    if not envs:
-        return
     from offpolicy.envs import make_env
     from offpolicy.training import build
 

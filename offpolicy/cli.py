@@ -440,7 +440,7 @@ def cmd_suite(argv: list[str]) -> int:
         raise OffpolicyError(f"--ray-connect-timeout must be > 0, got {a.ray_connect_timeout}")
     _check_suite_folder(out)
     if a.ray_address:  # before the check builds any env: an unreachable cluster says so first
-        from offpolicy.training.distributed import check_ray_address
+        from offpolicy.training.ray_address import check_ray_address
 
         check_ray_address(a.ray_address, a.ray_connect_timeout)
     spec.check(suite)

@@ -23,7 +23,8 @@ from toy_envs import EPISODE_STEPS
 from offpolicy import registry
 from offpolicy.errors import OffpolicyError
 from offpolicy.training import checkpoint
-from offpolicy.training.distributed import LocalPool, check_ray_address
+from offpolicy.training.distributed import LocalPool
+from offpolicy.training.ray_address import check_ray_address
 from offpolicy.training.run import Run
 
 TOY = "toy_envs:ToyTerminate-v0"  # obs[0] = t / k: consecutive steps of one episode

@@ -49,6 +49,7 @@ from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.training.collector import ChunkSink, Collector, Sink
 from offpolicy.training.learner import ActingState, Learner
 from offpolicy.training.local_replay import LocalReplay, TeeSink
+from offpolicy.training.ray_address import check_ray_address
 
 REPORT_REPLAY_BYTES = 2**30  # a replay that can grow past this says how big, at the start
 
@@ -248,8 +249,6 @@ def _check_distributed(run: registry.RunConfig, agent, contract: Contract) -> No
                              f"{tc.segment_length}: a collector's chunk is one segment")
     address = tc.ray_address or os.environ.get("RAY_ADDRESS", "")
     if address:
-        from offpolicy.training.distributed import check_ray_address
-
         check_ray_address(address, tc.ray_connect_timeout)
 
 

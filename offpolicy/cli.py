@@ -47,6 +47,9 @@ def cmd_train(argv: list[str]) -> int:
                            train_overrides=train_over, agent_overrides=agent_over,
                            env_default=not resume)
     tc = run.train
+    from offpolicy.ray_address import check_run_address
+
+    check_run_address(tc)  # build checks it too; here, before the runtime imports JAX
     if not preset and run.preset and run.preset == registry.env_preset(algo, tc.env):
         print(f"offpolicy: {algo} on {tc.env} uses --preset {run.preset} by default "
               f"(--preset {registry.NO_PRESET} for the defaults)", file=sys.stderr)
@@ -440,7 +443,7 @@ def cmd_suite(argv: list[str]) -> int:
         raise OffpolicyError(f"--ray-connect-timeout must be > 0, got {a.ray_connect_timeout}")
     _check_suite_folder(out)
     if a.ray_address:  # before the check builds any env: an unreachable cluster says so first
-        from offpolicy.training.ray_address import check_ray_address
+        from offpolicy.ray_address import check_ray_address
 
         check_ray_address(a.ray_address, a.ray_connect_timeout)
     spec.check(suite)

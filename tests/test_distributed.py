@@ -22,9 +22,9 @@ from toy_envs import EPISODE_STEPS
 
 from offpolicy import registry
 from offpolicy.errors import OffpolicyError
+from offpolicy.ray_address import check_ray_address
 from offpolicy.training import checkpoint
 from offpolicy.training.distributed import LocalPool
-from offpolicy.training.ray_address import check_ray_address
 from offpolicy.training.run import Run
 
 TOY = "toy_envs:ToyTerminate-v0"  # obs[0] = t / k: consecutive steps of one episode
@@ -103,6 +103,8 @@ def test_checks_before_any_collector_starts(monkeypatch):
     with pytest.raises(OffpolicyError, match="--collect-steps 10 must equal --segment-length"):
         Run(registry.resolve("acer", train_overrides={
             "env": "CartPole-v1", "num_collectors": 2, "collect_steps": 10}), None)
+    with pytest.raises(OffpolicyError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
+        Run(tiny_run(num_collectors=2, ray_address="127.0.0.1:1"), None)  # the Python API's
     import importlib.util
 
     real = importlib.util.find_spec

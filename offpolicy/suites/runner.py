@@ -553,8 +553,8 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
             from e
     import logging
 
+    from offpolicy.ray_address import check_ray_address
     from offpolicy.training.distributed import _one_line, _ray_failure, _spawning
-    from offpolicy.training.ray_address import check_ray_address
 
     if any(r.entry.peer for r in runs):
         raise OffpolicyError("peer entries run locally (--jobs), not on Ray")

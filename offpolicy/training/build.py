@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -43,13 +42,13 @@ from offpolicy.envs.spaces import ActionSpec
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError
 from offpolicy.jax_setup import configure_jax
+from offpolicy.ray_address import check_run_address
 from offpolicy.replay.prioritized import PERSettings
 from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
 from offpolicy.training.collector import ChunkSink, Collector, Sink
 from offpolicy.training.learner import ActingState, Learner
 from offpolicy.training.local_replay import LocalReplay, TeeSink
-from offpolicy.training.ray_address import check_ray_address
 
 REPORT_REPLAY_BYTES = 2**30  # a replay that can grow past this says how big, at the start
 
@@ -247,9 +246,7 @@ def _check_distributed(run: registry.RunConfig, agent, contract: Contract) -> No
     if tc.segment_length and registry.chunk_steps(tc) != tc.segment_length:
         raise OffpolicyError(f"--collect-steps {tc.collect_steps} must equal --segment-length "
                              f"{tc.segment_length}: a collector's chunk is one segment")
-    address = tc.ray_address or os.environ.get("RAY_ADDRESS", "")
-    if address:
-        check_ray_address(address, tc.ray_connect_timeout)
+    check_run_address(tc)
 
 
 def _check_collector_replay(run: registry.RunConfig, agent, contract: Contract) -> None:

@@ -1,12 +1,13 @@
 """Joining a Ray cluster (``--ray-address``): the address checked before anything starts.
 
-Here rather than in :mod:`offpolicy.training.distributed`, which imports
-:mod:`~offpolicy.training.build`: build checks the address with the run's other flags, before
-a run directory exists, and so does a suite before its runs.
+A module of the lowest layer, needing neither JAX nor Ray: ``offpolicy train`` checks the
+address before it imports the runtime (seconds), build checks it with the run's other flags
+(the Python API), and a suite before its runs.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 
 from offpolicy.errors import OffpolicyError
@@ -49,3 +50,11 @@ def check_ray_address(address: str, timeout: float) -> None:
         why = f"{type(e).__name__}: {' '.join(str(e).split())}"
     raise OffpolicyError(f"cannot reach the Ray cluster at {address}"
                          + (f" ({where})" if where != address else "") + f": {why}")
+
+
+def check_run_address(tc) -> None:
+    """The cluster a run with remote collectors joins (``--ray-address``, else
+    ``RAY_ADDRESS``; none: a local instance), checked by :func:`check_ray_address`."""
+    address = tc.ray_address or os.environ.get("RAY_ADDRESS", "")
+    if tc.num_collectors and address:
+        check_ray_address(address, tc.ray_connect_timeout)

@@ -47,6 +47,9 @@ def cmd_train(argv: list[str]) -> int:
                            train_overrides=train_over, agent_overrides=agent_over,
                            env_default=not resume)
     tc = run.train
+    from offpolicy.ray_address import check_run_address
+
+    check_run_address(tc)  # build checks it too; here, before the runtime imports JAX
     if not preset and run.preset and run.preset == registry.env_preset(algo, tc.env):
         print(f"offpolicy: {algo} on {tc.env} uses --preset {run.preset} by default "
               f"(--preset {registry.NO_PRESET} for the defaults)", file=sys.stderr)
@@ -383,6 +386,9 @@ def _suite_parser(prog: str, description: str, report: bool) -> _Parser:
                        "(default 1; about one per core)")
         p.add_argument("--ray-address", help="run each run as a task on this Ray cluster "
                        "('auto': the one this machine belongs to)")
+        p.add_argument("--ray-connect-timeout", type=float, default=10.0, metavar="SECONDS",
+                       help="Ray: how long the cluster at --ray-address may take to accept a "
+                            "connection before the suite stops with one line (default 10)")
         p.add_argument("--retries", type=int, default=3,
                        help="Ray: attempts after a lost node or a failed run (default 3)")
         p.add_argument("--dry-run", action="store_true",
@@ -399,6 +405,18 @@ def _suite_plan(a):
     return suite, out, runner.plan(suite, runner.default_layout(out))
 
 
+def _check_suite_folder(out: Path) -> None:
+    """``--out`` is a folder, or can become one: refused in one line before any run when it,
+    or the nearest of its parents that exists, is a file or cannot be written."""
+    existing = next(p for p in [out, *out.absolute().parents] if p.exists() or p == p.parent)
+    if not existing.is_dir():
+        what = "is a file" if existing == out else f"cannot be made: {existing} is a file"
+        raise OffpolicyError(f"--out {out} {what}, not a folder (the suite's runs and report "
+                             "go in a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OffpolicyError(f"--out {out}: cannot write in {existing} (permission denied)")
+
+
 def _suite_run_command(a) -> str:
     """The ``offpolicy suite run`` command of a report's selection (what reruns its grid)."""
     parts = ["offpolicy suite run", a.suite]
@@ -412,8 +430,9 @@ def _suite_run_command(a) -> str:
 def cmd_suite(argv: list[str]) -> int:
     usage = ("usage: offpolicy suite {list,run,report} ...\n"
              "  list                  the shipped suites, their runs and budgets\n"
-             "  run SUITE [--jobs J] [--ray-address ADDR] [--seeds ..] [--steps N] [--envs ..]\n"
-             "      [--entries ..] [--paper] [--out DIR]   run (or finish) the grid, then report\n"
+             "  run SUITE [--jobs J] [--ray-address ADDR [--ray-connect-timeout S]] [--seeds ..]\n"
+             "      [--steps N] [--envs ..] [--entries ..] [--paper] [--out DIR]\n"
+             "                        run (or finish) the grid, then report\n"
              "  report SUITE [--out DIR] [--metric M ..]   tables, curves, tests from the runs")
     if not argv or argv[0] in ("-h", "--help"):
         print(usage)
@@ -447,6 +466,8 @@ def cmd_suite(argv: list[str]) -> int:
     suite, out, runs = _suite_plan(a)
     command = _suite_run_command(a) if what == "report" else "offpolicy suite run " + " ".join(rest)
     if what == "report":
+        for metric in a.metric or []:  # each draws report_<metric>.png
+            spec.safe_name(suite.path or suite.name, "--metric", metric)
         if a.out is not None and not Path(a.out).is_dir():
             raise OffpolicyError(f"--out {a.out}: no such folder (the folder `offpolicy suite "
                                  f"run {a.suite} --out ...` wrote its runs to)")
@@ -459,6 +480,13 @@ def cmd_suite(argv: list[str]) -> int:
         raise OffpolicyError(f"--retries must be 0 or more, got {a.retries}")
     if a.jobs < 1:
         raise OffpolicyError(f"--jobs must be at least 1, got {a.jobs}")
+    if not 0 < a.ray_connect_timeout < float("inf"):  # NaN too
+        raise OffpolicyError(f"--ray-connect-timeout must be > 0, got {a.ray_connect_timeout}")
+    _check_suite_folder(out)
+    if a.ray_address:  # before the check builds any env: an unreachable cluster says so first
+        from offpolicy.ray_address import check_ray_address
+
+        check_ray_address(a.ray_address, a.ray_connect_timeout)
     spec.check(suite)
     done, todo = runner.split_finished(runs)
     print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "
@@ -471,7 +499,8 @@ def cmd_suite(argv: list[str]) -> int:
         report.write_report(suite, runs, out, "report", command)
 
     if a.ray_address:
-        outcome = runner.run_ray(runs, a.ray_address, a.retries, after_each=rewrite)
+        outcome = runner.run_ray(runs, a.ray_address, a.retries, after_each=rewrite,
+                                 connect_timeout=a.ray_connect_timeout)
     else:
         outcome = runner.run_local(runs, a.jobs, after_each=rewrite)
     if outcome.stopped:

@@ -73,6 +73,10 @@ class TrainConfig:
     ray_address: str = _f(
         "", "a Ray cluster to join with --num-collectors (as `ray start --head` prints it; "
         "the RAY_ADDRESS variable too); empty = a local Ray instance for this run")
+    ray_connect_timeout: float = _f(
+        10.0, "seconds to wait for the cluster at --ray-address (or RAY_ADDRESS) to accept a "
+        "connection before the run stops with one line, before its run directory is made "
+        "(Ray itself would retry for many minutes)", gt=0)
     sync_every: int = _f(1, "with --num-collectors: updates between publications of the "
                          "acting parameters (collectors take the newest with their next "
                          "chunk)", ge=1)

@@ -223,7 +223,7 @@ def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str =
 # configuration (steps: runs of different lengths are compared at the steps they share)
 NOT_CONFIG = {"train.seed", "train.steps", "train.quiet", "train.log_every",
               "train.checkpoint_every", "train.save_replay", "train.async_envs",
-              "train.ray_address"}
+              "train.ray_address", "train.ray_connect_timeout"}
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:

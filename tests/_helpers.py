@@ -153,3 +153,46 @@ def one_ray_at_a_time(tmp_path_factory):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# under pytest-xdist: this worker's name, which the processes it starts inherit (Ray's GCS,
+# raylet and workers, directly or through a CLI run; the raylet's two agents are started
+# without it, so they count through their parent), so another worker's or the user's own Ray
+# instance is not mistaken for one a test left behind
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def _tagged(pid: str) -> bool:
+    try:
+        environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return False
+    return f"PYTEST_XDIST_WORKER={_WORKER}".encode() in environ
+
+
+def _started_here(pid: str) -> bool:
+    if _WORKER is None:
+        return True
+    if _tagged(pid):
+        return True
+    try:
+        parent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+    except (OSError, IndexError):
+        return False
+    return _tagged(parent)
+
+
+def ray_processes() -> set[int]:
+    """PIDs of every Ray process (raylet, GCS, workers, agents) on the machine; under
+    pytest-xdist, of those started from this worker."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if ("ray::" in cmd or "/ray/" in cmd) and _started_here(d):
+            out.add(int(d))
+    return out

@@ -4,13 +4,25 @@ delivery and episode boundaries, restarts after a failure, with in-process colle
 
 from __future__ import annotations
 
+import socket
+import time
+
 import numpy as np
 import pytest
-from _helpers import TINY_OVERRIDES, read_csv, tiny_run
+from _helpers import (
+    TINY_FLAGS,
+    TINY_OVERRIDES,
+    assert_one_line_error,
+    ray_processes,
+    read_csv,
+    run_cli,
+    tiny_run,
+)
 from toy_envs import EPISODE_STEPS
 
 from offpolicy import registry
 from offpolicy.errors import OffpolicyError
+from offpolicy.ray_address import check_ray_address
 from offpolicy.training import checkpoint
 from offpolicy.training.distributed import LocalPool
 from offpolicy.training.run import Run
@@ -91,6 +103,8 @@ def test_checks_before_any_collector_starts(monkeypatch):
     with pytest.raises(OffpolicyError, match="--collect-steps 10 must equal --segment-length"):
         Run(registry.resolve("acer", train_overrides={
             "env": "CartPole-v1", "num_collectors": 2, "collect_steps": 10}), None)
+    with pytest.raises(OffpolicyError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
+        Run(tiny_run(num_collectors=2, ray_address="127.0.0.1:1"), None)  # the Python API's
     import importlib.util
 
     real = importlib.util.find_spec
@@ -98,6 +112,43 @@ def test_checks_before_any_collector_starts(monkeypatch):
                         lambda name, *a: None if name == "ray" else real(name, *a))
     with pytest.raises(OffpolicyError, match=r"pip install 'offpolicy\[distributed\]'"):
         Run(tiny_run(num_collectors=2), None)
+
+
+@pytest.mark.usefixtures("ray_turn")
+def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path):
+    """Issue 73: nothing listens at 127.0.0.1:1 (Ray itself retried it for minutes, printing
+    multi-line warnings): one line, exit 2, in seconds, no run directory, no Ray process."""
+    pytest.importorskip("ray")
+    before = ray_processes()
+    start = time.monotonic()
+    done = run_cli("train", "ddpg", "--env", TOY, *TINY_FLAGS, "--num-collectors", "2",
+                   "--ray-address", "127.0.0.1:1", "--run-dir", "R", cwd=tmp_path)
+    assert time.monotonic() - start < 30, done.stderr[-2000:]
+    assert_one_line_error(done, "cannot reach the Ray cluster at 127.0.0.1:1: "
+                                "ConnectionRefusedError")
+    assert not (tmp_path / "R").exists()
+    assert not ray_processes() - before
+
+
+def test_the_ray_address_probe(monkeypatch):
+    """A port that accepts passes; a closed one, a silent one (no answer within the timeout)
+    and a malformed address are one line each."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        check_ray_address(f"127.0.0.1:{port}", 5)
+    with pytest.raises(OffpolicyError, match=f"at 127.0.0.1:{port}: ConnectionRefusedError"):
+        check_ray_address(f"127.0.0.1:{port}", 5)
+    with pytest.raises(OffpolicyError, match="expected HOST:PORT"):
+        check_ray_address("head-node", 5)
+
+    def silent(address, timeout):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", silent)
+    with pytest.raises(OffpolicyError, match=r"no answer within 0.5 s \(--ray-connect-timeout"):
+        check_ray_address("ray://head-node", 0.5)
 
 
 def test_chunks_are_multiples_the_run_lands_on():

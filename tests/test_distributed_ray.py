@@ -5,7 +5,6 @@ end) their own."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
@@ -16,6 +15,7 @@ from _helpers import (
     cli_env,
     latest_step,
     one_ray_at_a_time,
+    ray_processes,
     read_csv,
     run_cli,
     signal_when,
@@ -27,64 +27,22 @@ ray = pytest.importorskip("ray")
 
 from offpolicy.training.distributed import RayPool, _spawning  # noqa: E402
 
-# under pytest-xdist: this worker's name, which the processes it starts inherit (Ray's GCS,
-# raylet and workers, directly or through a CLI run; the raylet's two agents are started
-# without it, so they count through their parent), so another worker's or the user's own Ray
-# instance is not mistaken for one this module left behind
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-
-
-def _tagged(pid: str) -> bool:
-    try:
-        environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    except OSError:
-        return False
-    return f"PYTEST_XDIST_WORKER={_WORKER}".encode() in environ
-
-
-def _started_here(pid: str) -> bool:
-    if _WORKER is None:
-        return True
-    if _tagged(pid):
-        return True
-    try:
-        parent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
-    except (OSError, IndexError):
-        return False
-    return _tagged(parent)
-
-
-def _ray_processes() -> set[int]:
-    """PIDs of every Ray process (raylet, GCS, workers, agents) on the machine; under
-    pytest-xdist, of those started from this worker."""
-    out = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if ("ray::" in cmd or "/ray/" in cmd) and _started_here(d):
-            out.add(int(d))
-    return out
-
 
 def _settle(before: set[int], timeout: float = 30.0) -> set[int]:
     """The Ray processes that are not in ``before`` once they had ``timeout`` s to exit."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = _ray_processes() - before
+        left = ray_processes() - before
         if not left:
             return left
         time.sleep(0.5)
-    return _ray_processes() - before
+    return ray_processes() - before
 
 
 @pytest.fixture(scope="module", autouse=True)
 def shared_ray(tmp_path_factory):
     with one_ray_at_a_time(tmp_path_factory):  # the module's Ray is the run's only one
-        before = _ray_processes()
+        before = ray_processes()
         # the workers import the tests' env modules (toy_envs) as the CLI's do
         env = {"PYTHONPATH": cli_env()["PYTHONPATH"], "JAX_PLATFORMS": "cpu"}
         with _spawning():  # Ray starts its processes with fork + exec: JAX's warning is moot
@@ -135,7 +93,7 @@ ARGS = ["train", "ddpg", "--env", TOY, *TINY_FLAGS, "--num-collectors", "2",
 
 
 def test_sigterm_then_resume_and_no_ray_process_outlives_the_run(tmp_path):
-    before = _ray_processes()
+    before = ray_processes()
     p = start_cli(*ARGS, "--steps", "100000", "--run-dir", "R", cwd=tmp_path)
     _, err = signal_when(lambda: (latest_step(tmp_path / "R") or 0) >= 500, p, signal.SIGTERM)
     assert p.returncode == 143, err
@@ -147,7 +105,7 @@ def test_sigterm_then_resume_and_no_ray_process_outlives_the_run(tmp_path):
 
 
 def test_sigkill_of_the_learner_leaves_no_ray_process(tmp_path):
-    before = _ray_processes()
+    before = ray_processes()
     p = start_cli(*ARGS, "--steps", "100000", "--run-dir", "R", cwd=tmp_path)
     signal_when(lambda: (latest_step(tmp_path / "R") or 0) >= 500, p, signal.SIGKILL)
     assert not _settle(before, timeout=20), "Ray outlived a killed learner"

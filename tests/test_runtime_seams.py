@@ -164,7 +164,7 @@ def test_no_function_in_training_is_longer_than_60_lines():
 
 # the package's layers, lowest first: a module may import its own layer's and lower ones
 LAYERS = [
-    {"errors", "jax_setup", "normal_numerics", "returns", "numpy_policy"},
+    {"errors", "jax_setup", "normal_numerics", "returns", "numpy_policy", "ray_address"},
     {"config", "distributions", "networks", "plotting", "envs", "replay"},
     {"registry", "agents", "train_args"},
     {"training"},

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from offpolicy.errors import OffpolicyError
 from offpolicy.suites import runner, spec
 
 TINY = "--ddpg.hidden 16 16 --batch-size 16 --warmup-steps 100 --log-every 100"
+TD3_TINY = "--td3.hidden 16 16 --batch-size 16 --warmup-steps 100"
 
 
 def _suite_file(tmp_path: Path, name: str = "tiny", **over) -> Path:
@@ -72,6 +74,23 @@ BAD = [
     (dict(envs=["ALE/Pong-v5"], flags="", entries={"x": {"algo": "dqn",
                                                          "flags": "--observe-action-reward"}}),
      "entries.x on ALE/Pong-v5: --observe-action-reward needs a flat observation vector"),
+    # issue 73, item 4: flags that conflict, found by the checks `offpolicy train` makes
+    # before its run starts (they failed every run of the entry)
+    (dict(flags=TD3_TINY, entries={"x": {"algo": "td3",
+                                         "flags": "--td3.core lstm --td3.core-burn-in 4"}}),
+     "entries.x on Pendulum-v1: --td3.core-burn-in applies to --td3.core-start stored"),
+    (dict(flags="--batch-size 16 --warmup-steps 100",
+          entries={"x": {"algo": "vracer", "flags": "--warmup-actions uniform"}}),
+     "entries.x on Pendulum-v1: --warmup-actions uniform: vracer here records the behaviour"),
+    (dict(flags="--batch-size 16 --warmup-steps 100",
+          entries={"x": {"algo": "ddpg", "flags": "--replay refer --warmup-actions uniform"}}),
+     "entries.x on Pendulum-v1: --warmup-actions uniform: ddpg here records the behaviour"),
+    (dict(flags="--batch-size 16", envs=["CartPole-v1"],
+          entries={"x": {"algo": "aql", "flags": "--collector-replay"}}),
+     "entries.x on CartPole-v1: --collector-replay keeps a replay in every remote collector"),
+    (dict(flags="--batch-size 16", entries={"x": {"algo": "ddpg", "flags": "--pipeline "
+                                                  "--num-collectors 2"}}),
+     "entries.x on Pendulum-v1: --pipeline overlaps the env step"),
 ]
 
 
@@ -89,8 +108,84 @@ def test_a_bad_suite_is_one_line_and_exit_2_before_any_run(tmp_path, capsys, ove
 def test_a_suite_name_cannot_lead_out_of_the_suites_folder(tmp_path):
     path = _suite_file(tmp_path)
     path.write_text(path.read_text().replace("name: tiny", "name: ../../escape"))
-    with pytest.raises(OffpolicyError, match=r"name: expected a folder name \(no '/'"):
+    with pytest.raises(OffpolicyError, match=r"name: expected a name of 1-100 letters"):
         spec.load(path)
+
+
+# issue 73, item 1: names from a shared suite file become folders and files under --out
+ESCAPES = [
+    (dict(entries={"../../../escaped-entry": {"algo": "ddpg"}}), "entries.../../../escaped-entry"),
+    (dict(entries={"a/b": {"algo": "ddpg"}}), "entries.a/b"),
+    (dict(entries={"..": {"algo": "ddpg"}}), "entries..."),
+    (dict(entries={"/tmp/abs": {"algo": "ddpg"}}), "entries./tmp/abs"),
+    (dict(envs=["../../Pendulum-v1"]), "envs.../../Pendulum-v1"),
+    (dict(envs=["/Pendulum-v1"]), "envs./Pendulum-v1"),
+    (dict(envs=["ALE/../../x"]), "envs.ALE/../../x"),
+    (dict(metrics=["../../x"]), "metrics"),
+]
+
+
+@pytest.mark.parametrize("over, where", ESCAPES, ids=[w for _, w in ESCAPES])
+def test_a_name_that_would_leave_out_is_refused_and_nothing_written(tmp_path, capsys, over,
+                                                                      where):
+    """Acceptance: a traversal entry name, a name with a slash, an env id or a metric that
+    would put a file outside --out: exit 2, one line, before any run; nothing written."""
+    path = _suite_file(tmp_path, **over)
+    root = tmp_path / "R"
+    for extra in ([], ["--dry-run"]):
+        assert cli.main(["suite", "run", str(path), "--out", str(root / "sr-trav" / "out"),
+                         *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert err.startswith(f"offpolicy: error: suite {path}: {where}: expected "), err
+        assert "becomes a folder" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing written
+
+
+def test_env_ids_with_namespaces_keep_their_folders(tmp_path):
+    s = spec.load(_suite_file(tmp_path, envs=["dm_control/cartpole-swingup-v0",
+                                              "offpolicy/Platform-v0",
+                                              "toy_envs:ToyTerminate-v0"]))
+    runs = runner.plan(s, runner.default_layout(tmp_path / "out"))
+    assert {r.run_dir.relative_to(tmp_path / "out").parts[0] for r in runs} == {
+        "dm_control_cartpole-swingup-v0", "offpolicy_Platform-v0", "toy_envs:ToyTerminate-v0"}
+
+
+def test_every_planned_run_directory_lies_under_out(tmp_path):
+    """A Suite built without spec.parse (benchmarks/learning.py builds its own) still cannot
+    plan a run directory outside --out."""
+    s = spec.load(_suite_file(tmp_path))
+    bad = spec.Entry("../../escaped", "ddpg")
+    s = replace(s, entries={**s.entries, bad.name: bad},
+                envs=tuple(replace(e, entries=(*e.entries, bad.name)) for e in s.envs))
+    with pytest.raises(OffpolicyError, match=r"would lie outside --out"):
+        runner.plan(s, runner.default_layout(tmp_path / "out"))
+
+
+def test_out_that_is_not_a_folder_is_one_line(tmp_path, capsys):
+    """Acceptance: ``--out`` naming a file (or a folder under one) is refused in one line."""
+    path = _suite_file(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    for out, message in ((tmp_path / "afile", "is a file, not a folder"),
+                         (tmp_path / "afile" / "sub", f"cannot be made: {tmp_path / 'afile'} "
+                                                      "is a file")):
+        assert cli.main(["suite", "run", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"offpolicy: error: --out {out} "), err
+        assert message in err, err
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_an_unreachable_ray_address_is_one_line_before_any_run(tmp_path, capsys):
+    path, out = _suite_file(tmp_path), tmp_path / "out"
+    for args, message in ((["--ray-address", "127.0.0.1:1"],
+                           "cannot reach the Ray cluster at 127.0.0.1:1: ConnectionRefusedError"),
+                          (["--ray-address", "auto", "--ray-connect-timeout", "0"],
+                           "--ray-connect-timeout must be > 0, got 0.0")):
+        assert cli.main(["suite", "run", str(path), "--out", str(out), *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists()
 
 
 def test_paired_pairs_parse():

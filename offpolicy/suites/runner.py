@@ -70,9 +70,21 @@ def env_slug(env: str) -> str:
 
 def default_layout(out: Path) -> Callable[[str, str, int], Path]:
     """``OUT/<env>/<entry>/s<seed>``, absolute: a Ray worker resolves no path against its
-    own working directory."""
+    own working directory. A directory that would not lie under ``OUT`` is refused."""
     out = Path(out).resolve()
-    return lambda env, entry, seed: out / env_slug(env) / entry / f"s{seed}"
+
+    def layout(env: str, entry: str, seed: int) -> Path:
+        run_dir = out / env_slug(env) / entry / f"s{seed}"
+        # spec.parse admits only names that stay put; this holds whatever a Suite was built
+        # from. Lexically: a folder under OUT that links elsewhere (a bigger disk) is the
+        # user's own choice
+        normal = Path(os.path.normpath(run_dir))
+        if normal == out or out not in normal.parents:
+            raise OffpolicyError(f"the run directory of entry {entry!r} on {env!r} "
+                                 f"({run_dir}) would lie outside --out {out}")
+        return run_dir
+
+    return layout
 
 
 def plan(suite: Suite, layout: Callable[[str, str, int], Path]) -> list[RunSpec]:
@@ -526,10 +538,12 @@ def run_task(run: RunSpec, lock_timeout: float = 300.0) -> dict:
 
 
 def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool = True,
-            stream=None, after_each: Callable[[RunSpec], None] | None = None) -> Outcome:
+            stream=None, after_each: Callable[[RunSpec], None] | None = None,
+            connect_timeout: float = 10.0) -> Outcome:
     """One Ray task per unfinished run on the cluster at ``address`` (``auto``: the one this
     machine belongs to). A run whose task fails (its node lost, the run's process failed) is
-    submitted again, up to ``retries`` more times; a bad input (exit 2) is not retried."""
+    submitted again, up to ``retries`` more times; a bad input (exit 2) is not retried. An
+    address that accepts no connection within ``connect_timeout`` seconds is refused."""
     if retries < 0:
         raise OffpolicyError(f"--retries must be 0 or more, got {retries}")
     try:
@@ -539,6 +553,7 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
             from e
     import logging
 
+    from offpolicy.ray_address import check_ray_address
     from offpolicy.training.distributed import _one_line, _ray_failure, _spawning
 
     if any(r.entry.peer for r in runs):
@@ -547,6 +562,7 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
     out = Outcome(done=done)
     if not todo:
         return out
+    check_ray_address(address, connect_timeout)
     try:
         with _spawning():
             ray.init(address=address, include_dashboard=False, log_to_driver=False,

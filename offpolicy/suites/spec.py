@@ -24,12 +24,16 @@ The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the 
 
 Every problem is one line naming the file and the key, raised as
 :class:`~offpolicy.errors.OffpolicyError` (exit 2 from the command) before any run starts:
-:func:`check` parses every entry as the ``offpolicy train`` command it will run and checks
-that the algorithm takes the env's actions.
+:func:`check` resolves every entry on every env as the ``offpolicy train`` command it will
+run resolves it, and makes every check that command makes before its run starts (the
+algorithm takes the env's actions; no two flags conflict). Every name that becomes a folder
+or file under ``--out`` (the suite's, an entry's, a metric's, an env id's) is one of
+:data:`SAFE_NAME` (env ids: :data:`SAFE_ENV_ID`).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +54,15 @@ ENV_KEYS = ("steps", "eval_every", "entries", "threshold")
 ENTRY_KEYS = ("algo", "flags", "peer", "note")
 EVAL_KEYS = ("every", "episodes")
 PAPER_KEYS = ("steps", "seeds", "eval_every")
+# names that become one folder or file name under --out (the suite's, an entry's, a metric's):
+# a suite file is shared between people, so none may name a path ('..', '/', an absolute one)
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
+SAFE_NAME_TEXT = "1-100 letters, digits, '-', '_', '.' and '+', starting with a letter or digit"
+# an env id becomes a folder with each '/' as '_' (dm_control/cartpole-swingup-v0,
+# offpolicy/Platform-v0, module:EnvName-v0): the same characters and ':', in parts between '/'
+SAFE_ENV_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+-]*(/[A-Za-z0-9_][A-Za-z0-9_.:+-]*)*")
+SAFE_ENV_ID_TEXT = ("letters, digits, '-', '_', '.', ':' and '+', with '/' between parts that "
+                    "start with a letter, digit or '_'")
 
 
 @dataclass(frozen=True)
@@ -247,6 +260,23 @@ def _str(path, where: str, v) -> str:
     return v
 
 
+def safe_name(path, where: str, v) -> str:
+    """``v`` if it is one folder or file name that stays where it is put (:data:`SAFE_NAME`)."""
+    if not isinstance(v, str) or not SAFE_NAME.fullmatch(v):
+        raise _err(path, where, f"expected a name of {SAFE_NAME_TEXT} (it becomes a folder or "
+                                f"file name under --out), got {v!r}")
+    return v
+
+
+def safe_env_id(path, where: str, v) -> str:
+    """``v`` if it is an env id whose folder (:func:`~offpolicy.suites.runner.env_slug`) stays
+    under --out (:data:`SAFE_ENV_ID`)."""
+    if not isinstance(v, str) or len(v) > 200 or not SAFE_ENV_ID.fullmatch(v):
+        raise _err(path, where, f"expected an env id of {SAFE_ENV_ID_TEXT} (it becomes a "
+                                f"folder under --out), got {v!r}")
+    return v
+
+
 def _unique(path, where: str, values) -> None:
     """A seed or an entry named twice would count one run twice in every statistic."""
     seen = set()
@@ -281,11 +311,8 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     d = _keys(path, "top level", data, TOP_KEYS)
     if "entries" not in d or "envs" not in d:
         raise _err(path, "top level", "needs 'envs' and 'entries'")
-    name = _str(path, "name", d.get("name", Path(str(path)).stem))
-    if not name.strip() or "/" in name or "\\" in name or name.startswith("."):
-        # the name is the runs' folder under runs/suites/: it must not lead out of it
-        raise _err(path, "name", f"expected a folder name (no '/', not starting with '.'), "
-                                 f"got {name!r}")
+    # the name is the runs' folder under runs/suites/: it must not lead out of it
+    name = safe_name(path, "name", d.get("name", Path(str(path)).stem))
     steps = _int(path, "steps", d.get("steps", 100_000), 1)
     ev = _keys(path, "eval", d.get("eval", {}) or {}, EVAL_KEYS)
     every = _int(path, "eval.every", ev.get("every", 10_000), 1)
@@ -301,6 +328,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     entries = {}
     for ename, e in entries_d.items():
         where = f"entries.{ename}"
+        safe_name(path, where, ename)
         e = _keys(path, where, e if e is not None else {}, ENTRY_KEYS)
         peer = e.get("peer")
         if peer is not None and not allow_peers:
@@ -321,6 +349,7 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     envs = []
     for env, over in envs_d.items():
         where = f"envs.{env}"
+        safe_env_id(path, where, env)
         over = _keys(path, where, over if over is not None else {}, ENV_KEYS)
         names = over.get("entries", list(entries))
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -353,6 +382,8 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     metrics = d.get("metrics", []) or []
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise _err(path, "metrics", f"expected a list of train.csv column names, got {metrics!r}")
+    for m in metrics:  # each draws report_<metric>.png
+        safe_name(path, "metrics", m)
     paper = _keys(path, "paper", d.get("paper", {}) or {}, PAPER_KEYS)
     if "steps" in paper:
         _int(path, "paper.steps", paper["steps"], 1)
@@ -374,25 +405,48 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
 
 def check(suite: Suite, envs: bool = True) -> None:
     """Every entry parses as the ``offpolicy train`` command it will run (the suite's flags,
-    then its own); with ``envs``, each env is built once and every entry's algorithm must take
-    its actions (after the entry's ``--discretize``)."""
+    then its own). With ``envs``, on each of its envs it resolves to the full configuration
+    that command resolves (the env's default preset, the suite's steps and evaluation interval
+    against the entry's env copies), each env is built once and every entry passes on it
+    every check ``offpolicy train`` makes before its run starts
+    (:func:`offpolicy.training.build.check`: the algorithm takes the env's actions, and no
+    two flags conflict), so that a bad entry is refused here rather than failing in every
+    run."""
+    from offpolicy.train_args import resolve_train
+
+    where = suite.path or suite.name
     used = {n for e in suite.envs for n in e.entries}
-    runs = {}
-    for name in used:
+    for name in sorted(used):
         entry = suite.entries[name]
         if entry.peer:
             continue
         try:
             if entry.algo not in registry.ALGORITHMS:
                 registry.get(entry.algo)  # the one-line unknown-algorithm error
-            from offpolicy.train_args import resolve_train
-
-            runs[name] = resolve_train(entry.algo, [*suite.flags, *entry.flags])
+            resolve_train(entry.algo, [*suite.flags, *entry.flags])
         except OffpolicyError as e:
-            raise OffpolicyError(f"suite {suite.path or suite.name}: entries.{name}: {e}") from None
+            raise OffpolicyError(f"suite {where}: entries.{name}: {e}") from None
     if not envs:
         return
-    from offpolicy.envs import action_spec, make_env
+    runs = {}  # (env, entry) -> the run's resolved configuration
+    for plan in suite.envs:
+        for name in plan.entries:
+            entry = suite.entries[name]
+            if entry.peer:
+                continue
+            # the flags the runner gives this run (runner.train_command), then the suite's and
+            # the entry's
+            budget = ["--env", plan.env, "--steps", str(plan.steps), "--seed", str(suite.seeds[0]),
+                      "--eval-every", str(min(plan.eval_every, plan.steps)),
+                      "--eval-episodes", str(suite.eval_episodes)]
+            try:
+                runs[plan.env, name] = resolve_train(entry.algo,
+                                                     [*budget, *suite.flags, *entry.flags])
+            except OffpolicyError as e:
+                raise OffpolicyError(f"suite {where}: entries.{name} on {plan.env}: {e}") \
+                    from None
+    from offpolicy.envs import make_env
+    from offpolicy.training import build
 
     for plan in suite.envs:
         probe = None
@@ -400,35 +454,21 @@ def check(suite: Suite, envs: bool = True) -> None:
             try:
                 probe = make_env(plan.env, 0)
             except OffpolicyError as e:
-                raise OffpolicyError(f"suite {suite.path or suite.name}: envs.{plan.env}: {e}") \
-                    from None
+                raise OffpolicyError(f"suite {where}: envs.{plan.env}: {e}") from None
             for name in plan.entries:
-                if name not in runs:
+                run = runs.get((plan.env, name))
+                if run is None:
                     continue
-                run = runs[name]
-                if run.train.observe_action_reward:  # refused for frames: say so now
-                    from offpolicy.envs.partial import ActionRewardObservation
-
-                    try:
-                        ActionRewardObservation(probe)
-                    except OffpolicyError as e:
-                        raise OffpolicyError(f"suite {suite.path or suite.name}: entries."
-                                             f"{name} on {plan.env}: {e}") from None
-                # the suite's steps and evaluation interval against the entry's env copies
-                budget = replace(run.train, steps=plan.steps,
-                                 eval_every=min(plan.eval_every, plan.steps))
                 try:
-                    registry.check_step_multiples(budget, {"steps", "eval_every"})
+                    env = probe
+                    if run.train.observe_action_reward:  # as make_env wraps it
+                        from offpolicy.envs.partial import ActionRewardObservation
+
+                        env = ActionRewardObservation(probe)
+                    build.check(run, build.EnvFacts.of(env, run.train.discretize))
                 except OffpolicyError as e:
-                    raise OffpolicyError(f"suite {suite.path or suite.name}: entries.{name} on "
-                                         f"{plan.env}: {e}") from None
-                kinds = registry.get(run.algo).action_kinds
-                spec = action_spec(probe, run.train.discretize)
-                if spec.kind not in kinds:
-                    raise OffpolicyError(
-                        f"suite {suite.path or suite.name}: entries.{name} on {plan.env}: "
-                        f"{run.algo} does not support {spec.kind} actions ({plan.env} has "
-                        f"{spec.describe()}); {run.algo} supports: {', '.join(kinds)}")
+                    raise OffpolicyError(f"suite {where}: entries.{name} on {plan.env}: {e}") \
+                        from None
         finally:
             if probe is not None:
                 probe.close()

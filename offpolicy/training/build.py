@@ -1,7 +1,9 @@
 """``build(run_config) -> Parts``: the agent and everything around it, without a run.
 
 Everything that can fail on bad input (the env id, the action kind, a cadence the replay cannot
-serve, a memory that does not fit) fails here, before a run directory exists. The parts are
+serve, a memory that does not fit) fails here, before a run directory exists; :func:`check`
+makes every refusal but the memory's without building replay or a learner (a suite checks each
+of its entries on each env with it before any run starts). The parts are
 what a run drives (:mod:`offpolicy.training.run`), what a benchmark times
 (:mod:`offpolicy.training.bench`) and what a remote collector is made of: the agent and its
 :class:`~offpolicy.agents.base.Contract`, the replay buffer, the learner (which owns replay and
@@ -40,6 +42,7 @@ from offpolicy.envs.spaces import ActionSpec
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError
 from offpolicy.jax_setup import configure_jax
+from offpolicy.ray_address import check_run_address
 from offpolicy.replay.prioritized import PERSettings
 from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
@@ -83,31 +86,66 @@ def _collector(tc, num_envs: int, seed: int, spec: ActionSpec, sink: Sink, polic
                      warmup_actions=tc.warmup_actions)
 
 
-def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
-    """The parts of ``run``; ``with_replay=False`` allocates a two-step replay per env copy
-    (evaluating or acting with loaded parameters needs none)."""
-    configure_jax()
-    tc = run.train
+@dataclass(frozen=True)
+class EnvFacts:
+    """What the parts are sized by, read from one copy of the run's env."""
+
+    spec: ActionSpec  # after --discretize
+    obs_shape: tuple[int, ...]
+    obs_dtype: np.dtype
+    image: bool
+    frames: int  # stacked Atari frames: replay keeps one per step
+    episode_steps: int | None  # the time limit, if the env has one
+
+    @staticmethod
+    def of(env, discretize) -> EnvFacts:
+        return EnvFacts(action_spec(env, discretize), observation_shape(env),
+                        observation_dtype(env), is_image_space(env.observation_space),
+                        frame_stack(env), env.spec.max_episode_steps if env.spec else None)
+
+
+def env_facts(tc) -> EnvFacts:
+    """The facts of the run's env, from a copy built and closed here."""
     probe = make_env(tc.env, tc.seed, tc.observe_action_reward)
-    spec = action_spec(probe, tc.discretize)
-    obs_shape, obs_dtype = observation_shape(probe), observation_dtype(probe)
-    image = is_image_space(probe.observation_space)
-    frames = frame_stack(probe)  # stacked Atari frames: replay keeps one per step
-    episode_steps = probe.spec.max_episode_steps if probe.spec is not None else None
-    probe.close()
-    if image and tc.normalize_obs:
+    try:
+        return EnvFacts.of(probe, tc.discretize)
+    finally:
+        probe.close()
+
+
+def check(run: registry.RunConfig, env: EnvFacts | None = None) -> tuple[Any, Contract]:
+    """Every refusal :func:`build` makes but the memory's, without replay, a learner or a
+    policy: the env's (``env``: its facts, else from a copy built here), the agent's own
+    (constructed, not initialised: e.g. a recurrent core's flags) and those of flags that
+    conflict (collectors, cadence, update start, warm-up actions, stored returns). Returns
+    the agent and its contract."""
+    tc = run.train
+    env = env or env_facts(tc)
+    if env.image and tc.normalize_obs:
         raise OffpolicyError(
             f"--normalize-obs does not apply to image observations ({tc.env} gives uint8 "
-            f"frames {obs_shape}, which the network scales by 1/255); drop it")
-    agent = build_agent(run, obs_shape, spec)
+            f"frames {env.obs_shape}, which the network scales by 1/255); drop it")
+    agent = build_agent(run, env.obs_shape, env.spec)
     contract = check_agent(agent)
-    k = tc.num_envs * max(tc.num_collectors, 1)  # replay rings: every env copy has its own
     _check_distributed(run, agent, contract)
     _check_cadence(run, contract, agent)
     _check_update_start(run, agent)
     _check_warmup_actions(run, agent)
     if contract.stored_return is not None:
-        _check_stored_returns(run, episode_steps)
+        _check_stored_returns(run, env.episode_steps)
+    return agent, contract
+
+
+def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
+    """The parts of ``run``; ``with_replay=False`` allocates a two-step replay per env copy
+    (evaluating or acting with loaded parameters needs none)."""
+    configure_jax()
+    tc = run.train
+    env = env_facts(tc)
+    spec, obs_shape, obs_dtype, image, frames = (env.spec, env.obs_shape, env.obs_dtype,
+                                                 env.image, env.frames)
+    agent, contract = check(run, env)
+    k = tc.num_envs * max(tc.num_collectors, 1)  # replay rings: every env copy has its own
     # with --collector-replay the collectors keep the replays; the learner needs none
     central = with_replay and not tc.collector_replay
     # --refer-forget far-policy: the rings hold twice the memory (ReplayBuffer's memory)
@@ -208,6 +246,7 @@ def _check_distributed(run: registry.RunConfig, agent, contract: Contract) -> No
     if tc.segment_length and registry.chunk_steps(tc) != tc.segment_length:
         raise OffpolicyError(f"--collect-steps {tc.collect_steps} must equal --segment-length "
                              f"{tc.segment_length}: a collector's chunk is one segment")
+    check_run_address(tc)
 
 
 def _check_collector_replay(run: registry.RunConfig, agent, contract: Contract) -> None:

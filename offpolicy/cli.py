@@ -381,6 +381,9 @@ def _suite_parser(prog: str, description: str, report: bool) -> _Parser:
         p.add_argument("--include-running", action="store_true",
                        help="runs in progress join the tables, tests and curves (each row at "
                             "the last step all its runs reached)")
+        p.add_argument("--force", action="store_true",
+                       help="replace a report that covers more finished runs than this "
+                            "selection")
     else:
         p.add_argument("--jobs", type=int, default=1, help="runs at once, each a process "
                        "(default 1; about one per core)")
@@ -471,10 +474,23 @@ def cmd_suite(argv: list[str]) -> int:
         if a.out is not None and not Path(a.out).is_dir():
             raise OffpolicyError(f"--out {a.out}: no such folder (the folder `offpolicy suite "
                                  f"run {a.suite} --out ...` wrote its runs to)")
+        done, running = report.counts(runs)
+        before = report.previous(out, "report")
+        was = (f"; the report there ({before[0]} finished runs) was written by `{before[1]}`"
+               if before else "")
+        if done == 0 and not (a.include_running and running):
+            raise OffpolicyError(f"suite report: no finished run of {suite.name} in {out} for "
+                                 f"this selection ({len(runs)} planned, {running} in progress)"
+                                 f"{was}; nothing written")
+        if before and before[0] > done and not a.force:
+            raise OffpolicyError(f"suite report: {out / 'report.md'} covers {before[0]} finished "
+                                 f"runs, this selection {done}{was}: rerun that command, or "
+                                 "--force to replace it; nothing written")
         text = report.write_report(suite, runs, out, "report", command, a.metric,
                                    include_running=a.include_running)
         print(text)
-        print(f"report: {out / 'report.md'} (+ report.csv, report.png)", file=sys.stderr)
+        print(f"report: {out / 'report.md'}: {done} finished runs of {len(runs)} planned, "
+              f"{running} in progress (+ report.csv, report.png)", file=sys.stderr)
         return 0
     if a.retries < 0:
         raise OffpolicyError(f"--retries must be 0 or more, got {a.retries}")
@@ -495,8 +511,19 @@ def cmd_suite(argv: list[str]) -> int:
         for r in todo:
             print(shlex.join(["offpolicy", *runner.train_command(r)[3:]]))
         return 0
-    def rewrite(_run):  # a partial report after every run: a long suite shows its state
+    def rewrite(_run=None):
+        """A partial report after every run (a long suite shows its state), unless the report
+        already there covers more finished runs than this selection (another selection's)."""
+        before = report.previous(out, "report")
+        if before and before[0] > report.counts(runs)[0]:
+            if not noted:
+                noted.append(True)
+                print(f"offpolicy: note: {out / 'report.md'} covers {before[0]} finished runs "
+                      f"(`{before[1]}`), more than this selection: left as it is", file=sys.stderr)
+            return
         report.write_report(suite, runs, out, "report", command)
+
+    noted: list[bool] = []
 
     if a.ray_address:
         outcome = runner.run_ray(runs, a.ray_address, a.retries, after_each=rewrite,
@@ -507,7 +534,7 @@ def cmd_suite(argv: list[str]) -> int:
         print(f"offpolicy: suite stopped; run the same command again to finish the "
               f"{len(runs) - len(outcome.done) - len(outcome.ran)} runs left", file=sys.stderr)
         return outcome.exit_code()
-    report.write_report(suite, runs, out, "report", command)
+    rewrite()
     for run, why in outcome.failed:
         print(f"offpolicy: failed: {run.label}: {why}", file=sys.stderr)
     if outcome.busy:

@@ -112,3 +112,64 @@ def test_evaluation_lines_name_the_env(tmp_path):
         line = out.getvalue().strip()
         assert line.startswith(title) and "step 1000000 eval -12345.68 +- 123.40" in line
         assert len(line) <= 80 or title == long_title
+
+
+def test_a_finished_run_directory_keeps_no_lock_file(tmp_path):
+    proc = run_cli("train", "ddpg", "--steps", "100", "--eval-every", "100", "--eval-episodes",
+                   "1", "--ddpg.hidden", "8", "8", "--batch-size", "8", "--warmup-steps", "20",
+                   "--run-dir", tmp_path / "r", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "r" / ".lock").exists()
+    assert (tmp_path / "r" / "eval.csv").exists()
+
+
+def test_a_second_lock_of_a_directory_in_use_is_refused_and_the_file_goes_with_the_first(
+        tmp_path):
+    from offpolicy.errors import OffpolicyError
+    from offpolicy.training.lock import LOCK_FILE, RunDirLock, in_use
+
+    first = RunDirLock(tmp_path)
+    assert (tmp_path / LOCK_FILE).exists() and in_use(tmp_path)
+    code = ("import sys\nfrom offpolicy.training.lock import RunDirLock\n"
+            f"RunDirLock({str(tmp_path)!r})\n")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=cli_env(), timeout=60)
+    assert "in use by another offpolicy run" in other.stderr
+    first.release()
+    assert not (tmp_path / LOCK_FILE).exists() and not in_use(tmp_path)
+    again = RunDirLock(tmp_path)  # the next run locks a new file
+    assert in_use(tmp_path)
+    again.release()
+    with pytest.raises(OffpolicyError):
+        RunDirLock(tmp_path / "missing")
+
+
+def test_suite_report_never_replaces_a_fuller_report(tmp_path):
+    import yaml
+
+    flags = "--ddpg.hidden 8 8 --batch-size 8 --warmup-steps 20 --log-every 100"
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(yaml.safe_dump(
+        {"name": "tiny", "envs": ["Pendulum-v1"], "seeds": [0], "steps": 200,
+         "eval": {"every": 100, "episodes": 1}, "flags": flags,
+         "entries": {"a": {"algo": "ddpg"}, "b": {"algo": "ddpg", "flags": "--ddpg.tau 0.01"}}}))
+    out = tmp_path / "out"
+    ran = run_cli("suite", "run", suite, "--out", out, cwd=tmp_path, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    full = (out / "report.md").read_text()
+    assert "| a | 1 |" in full and "| b | 1 |" in full
+    # a selection with no finished run: refused, nothing written
+    none = run_cli("suite", "report", suite, "--out", out, "--steps", "300", cwd=tmp_path)
+    line = assert_one_line_error(none, "no finished run of tiny")
+    assert "offpolicy suite run" in line and (out / "report.md").read_text() == full
+    # a narrower one: refused unless --force
+    narrow = run_cli("suite", "report", suite, "--out", out, "--entries", "a", cwd=tmp_path)
+    assert_one_line_error(narrow, "covers 2 finished runs, this selection 1")
+    assert (out / "report.md").read_text() == full
+    forced = run_cli("suite", "report", suite, "--out", out, "--entries", "a", "--force",
+                     cwd=tmp_path)
+    assert forced.returncode == 0 and "| b |" not in (out / "report.md").read_text()
+    # the same selection again: written, and it says what it found
+    again = run_cli("suite", "report", suite, "--out", out, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "2 finished runs of 2 planned, 0 in progress" in again.stderr

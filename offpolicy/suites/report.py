@@ -17,6 +17,8 @@ evaluation.
 from __future__ import annotations
 
 import csv
+import json
+import re
 import warnings
 from pathlib import Path
 
@@ -405,7 +407,47 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
                                          {env: plans[env].steps for env in by_env_all
                                           if env in plans}, suite.seeds)
     (out_dir / f"{stem}.md").write_text(text)
+    n_done = sum(len(d) for g in by_env.values() for d in g.values()) if not include_running \
+        else sum(finished(r.run_dir, r.steps) for r in runs)
+    (out_dir / f"{stem}.json").write_text(json.dumps({"finished": int(n_done),
+                                                      "command": command}) + "\n")
     return text
+
+
+def counts(runs: list[RunSpec]) -> tuple[int, int]:
+    """(finished runs, runs in progress with at least one evaluation) of a selection."""
+    done = sum(finished(r.run_dir, r.steps) for r in runs)
+    running = sum(has_evals(r.run_dir) and not finished(r.run_dir, r.steps) for r in runs)
+    return done, running
+
+
+def previous(out_dir: Path, stem: str) -> tuple[int, str] | None:
+    """(finished runs, command) of the report already in ``out_dir``, or None: from its
+    ``S.json``, or for a report written before that file, from ``S.csv`` (a run counts as
+    finished when it reached its entry's last step) and ``S.md``'s command line."""
+    side = out_dir / f"{stem}.json"
+    if side.exists():
+        try:
+            d = json.loads(side.read_text())
+            return int(d["finished"]), str(d.get("command", ""))
+        except (ValueError, KeyError, TypeError):
+            pass
+    path = out_dir / f"{stem}.csv"
+    if not path.exists():
+        return None
+    last: dict[tuple, int] = {}
+    top: dict[tuple, int] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            run = (r.get("env", ""), r.get("entry", ""), r.get("seed", ""))
+            last[run] = max(last.get(run, 0), int(float(r.get("step", 0) or 0)))
+    for (env, entry, _), step in last.items():
+        top[(env, entry)] = max(top.get((env, entry), 0), step)
+    n = sum(step == top[(env, entry)] for (env, entry, _), step in last.items())
+    md = out_dir / f"{stem}.md"
+    m = re.search(r"^Command: `([^`]+)`", md.read_text(errors="replace"), re.M) \
+        if md.exists() else None
+    return n, m.group(1) if m else ""
 
 
 def restore_finished(runs: list[RunSpec], out_dir: Path, stem: str) -> list[str]:

@@ -2,7 +2,10 @@
 
 ``RUN_DIR/.lock`` is locked with ``flock``: the kernel releases it when the process ends, however
 it ends, so a lock left by a killed run never blocks the next one. The file holds the PID of the
-process that holds the lock, for the error message of the one that is refused.
+process that holds the lock, for the error message of the one that is refused. A run that ends
+removes the file before it lets the lock go, so a finished run directory holds none; a run that
+locked a file which was removed meanwhile (the previous holder's, in that window) takes a new
+one, so two runs never hold locks on two different files of one directory.
 
 Within one process the newest run on a directory takes the lock over from an older one (a
 notebook that resumes a run whose agent is still referenced): the older one is then
@@ -35,22 +38,14 @@ class RunDirLock:
             _HELD[self.key] = self
             return
         path = self.run_dir / LOCK_FILE
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise OffpolicyError(f"cannot lock run directory {run_dir}: {e}") from e
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_pid(fd)
+        for _ in range(100):  # a removed file was locked: lock the new one
+            fd = self._lock(path)
+            if _same_file(fd, path):
+                break
             os.close(fd)
-            who = f"pid {holder}" if holder else "another process"
-            raise OffpolicyError(
-                f"run directory {run_dir} is in use by another offpolicy run ({who}); wait for "
-                "it to finish, or choose another --run-dir") from None
-        except OSError as e:
-            os.close(fd)
-            raise OffpolicyError(f"cannot lock run directory {run_dir}: {e}") from e
+        else:
+            raise OffpolicyError(f"cannot lock run directory {run_dir}: its {LOCK_FILE} keeps "
+                                 "being replaced")
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
@@ -58,6 +53,25 @@ class RunDirLock:
             pass  # the lock holds without the PID; only the message of a refused run is poorer
         self._fd = fd
         _HELD[self.key] = self
+
+    def _lock(self, path: Path) -> int:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise OffpolicyError(f"cannot lock run directory {self.run_dir}: {e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"pid {holder}" if holder else "another process"
+            raise OffpolicyError(
+                f"run directory {self.run_dir} is in use by another offpolicy run ({who}); wait "
+                "for it to finish, or choose another --run-dir") from None
+        except OSError as e:
+            os.close(fd)
+            raise OffpolicyError(f"cannot lock run directory {self.run_dir}: {e}") from e
+        return fd
 
     def check(self) -> None:
         """Raise if a newer run in this process took the directory over."""
@@ -71,6 +85,12 @@ class RunDirLock:
             fd, self._fd = self._fd, None
             if _HELD.get(self.key) is self:
                 del _HELD[self.key]
+            path = self.run_dir / LOCK_FILE
+            try:  # removed while still locked: a run that opened it meanwhile takes a new one
+                if _same_file(fd, path):
+                    path.unlink()
+            except OSError:
+                pass  # a read-only or vanished folder: the file stays, harmless
             os.close(fd)  # closing the descriptor releases the flock
 
     def __del__(self):
@@ -101,3 +121,12 @@ def in_use(run_dir: Path) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` is still the file open as ``fd``."""
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

@@ -5,6 +5,9 @@
     agent.save("ddpg-pendulum")
     agent = offpolicy.load("ddpg-pendulum")
     action = agent.act(obs)          # env observation in, env action out
+    actions, _ = agent.predict(batch_of_obs, deterministic=True)   # as SB3's predict
+
+``env`` is an id, a ``gymnasium.Env`` or a callable that returns a new one (a factory).
 """
 
 from __future__ import annotations
@@ -40,11 +43,67 @@ def _split_overrides(algo: str, overrides: dict[str, Any]) -> tuple[dict, dict]:
     return train, agent
 
 
-def make(algo: str, env: str | None = None, seed: int | None = None,
+_USER_ENVS: dict[int, str] = {}  # id(env object or factory) -> the id it was registered as
+
+
+def env_id(env: Any) -> str | None:
+    """An id for ``make``'s ``env``: an id as it is; a ``gymnasium.Env`` or a callable that
+    returns one is registered in this process as ``offpolicy-user/<Name>-v<n>``, so that the
+    run builds its training and evaluation copies from it (an Env made by ``gymnasium.make``
+    is remade from its spec; another is deep-copied; a factory is called). The run's
+    config.yaml names that id: to load the run in another process, register it there again
+    (``gymnasium.register``), or use an id from the start."""
+    import copy
+
+    import gymnasium as gym
+
+    if env is None or isinstance(env, str):
+        return env
+    if id(env) in _USER_ENVS:
+        return _USER_ENVS[id(env)]
+    if isinstance(env, gym.Env):
+        name = type(env.unwrapped).__name__
+        if env.spec is not None:
+            spec = env.spec
+
+            def factory(**_):
+                return gym.make(spec, disable_env_checker=True)
+        else:
+            try:
+                copy.deepcopy(env)
+            except Exception as e:
+                raise OffpolicyError(
+                    f"env {name} cannot be copied ({type(e).__name__}: {e}), and the run needs "
+                    "a training and an evaluation copy: pass a callable that returns a new "
+                    f"env (env=lambda: {name}(...)) or a registered id") from None
+
+            def factory(**_):
+                return copy.deepcopy(env)
+    elif callable(env):
+        name = getattr(env, "__name__", type(env).__name__).strip("<>") or "env"
+        made = env()
+        if not isinstance(made, gym.Env):
+            raise OffpolicyError(f"env: the callable {name} returned {type(made).__name__}, "
+                                 "not a gymnasium.Env")
+        made.close()
+        factory = env
+    else:
+        raise OffpolicyError(f"env must be an id, a gymnasium.Env or a callable that returns "
+                             f"one, got {type(env).__name__}")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name) or "env"
+    n = sum(1 for k in gym.registry if k.startswith(f"offpolicy-user/{safe}-v"))
+    new_id = f"offpolicy-user/{safe}-v{n}"
+    gym.register(new_id, entry_point=factory, disable_env_checker=True)
+    _USER_ENVS[id(env)] = new_id
+    return new_id
+
+
+def make(algo: str, env: Any = None, seed: int | None = None,
          run_dir: str | Path | None = None, preset: str | None = None, resume: bool = False,
          **overrides: Any) -> Agent:
-    """Create an agent for ``env`` (default Pendulum-v1) with ``seed`` (default 0). Overrides
-    name any training or algorithm config field.
+    """Create an agent for ``env`` (default Pendulum-v1: an id, a ``gymnasium.Env`` or a
+    callable returning a new one, :func:`env_id`) with ``seed`` (default 0). Overrides name
+    any training or algorithm config field.
 
     With ``resume=True`` the run in ``run_dir`` continues from its latest checkpoint (replay
     included); what you pass must agree with the saved run except for the fields a resumed
@@ -55,7 +114,11 @@ def make(algo: str, env: str | None = None, seed: int | None = None,
     ``learn(n)`` runs for another n."""
     train, agent = _split_overrides(algo, overrides)
     if env is not None:
-        train["env"] = env
+        train["env"] = env_id(env)
+        if not isinstance(env, str) and (train.get("async_envs") or train.get("num_collectors")):
+            raise OffpolicyError("an env object or factory lives in this process: async_envs "
+                                 "and num_collectors need a registered id (gymnasium.register "
+                                 "in an importable module, named as module:EnvId)")
     if seed is not None:
         train["seed"] = seed
     # a new run on an env with a default preset gets it (AQL on Platform: small); a resumed
@@ -153,6 +216,46 @@ class Agent:
         if self._memory is not None:
             self._memory.advance(info)
         return r.spec.to_env(action[0])
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True) -> tuple[np.ndarray, Any]:
+        """(actions, state) for one observation or a batch [B, ...], in env units, as
+        Stable-Baselines3's ``predict``: ``deterministic`` the evaluation action (equal to
+        :meth:`act` row by row), else the exploring one where the policy samples in itself
+        (SAC, V-RACER, ACER, DQN's epsilon, DDPG under ReF-ER; host noise, as OU, is not
+        added: SB3's DDPG and TD3 do not add theirs either). An agent with a recurrent core
+        returns its memory of each row's episode as ``state``: pass it back with the next
+        observations and ``episode_start`` (a bool per row) where an episode begins; others
+        return None."""
+        r = self.run
+        try:
+            obs = np.asarray(observation, r.obs_dtype)
+        except (ValueError, TypeError) as e:
+            raise OffpolicyError(f"observation must be an array of numbers of shape "
+                                 f"{r.obs_shape} or [B, *{r.obs_shape}], got "
+                                 f"{type(observation).__name__}") from e
+        single = obs.shape == r.obs_shape
+        batch = obs[None] if single else obs
+        if batch.shape[1:] != r.obs_shape or len(batch) == 0:
+            raise OffpolicyError(f"observation shape {obs.shape}: expected {r.obs_shape} or "
+                                 f"[B, *{r.obs_shape}]")
+        if not np.isfinite(batch).all():
+            raise OffpolicyError("observation contains NaN or inf")
+        x = r.obs_norm(batch)
+        core = r.contract.core
+        if core is not None:
+            if not isinstance(state, HostMemory) or state.num_envs != len(batch):
+                state = HostMemory(core, len(batch))
+            starts = np.zeros(len(batch), bool) if episode_start is None else \
+                np.broadcast_to(np.asarray(episode_start, bool), (len(batch),))
+            for i in np.flatnonzero(starts):
+                state.reset(int(i))
+            x = state.observe(x)
+        action, info = r.act(x, explore=not deterministic)
+        if core is not None:
+            state.advance(info)
+        actions = np.stack([r.spec.to_env(a) for a in action])
+        return (actions[0] if single else actions), state
 
     def evaluate(self, episodes: int = 10) -> np.ndarray:
         """Returns of ``episodes`` (>= 1) deterministic evaluation episodes."""

@@ -240,6 +240,7 @@ class RunLogger:
         self.bar = not quiet and sys.stderr.isatty()
         self.total = total_steps
         self.title = title
+        self.last_train: dict | None = None  # the newest train.csv row (Agent.learn returns it)
         self.train_columns = ["step", "wall_time", "steps_per_s", "updates_per_s", "episodes",
                               "episode_return"] + metric_names
         # what the terminal shows of the algorithm: its first two losses
@@ -356,6 +357,8 @@ class RunLogger:
             print(line, flush=True)
 
     def log_train(self, row: dict) -> None:
+        self.last_train = {k: (v.item() if isinstance(v, np.generic) else v)
+                           for k, v in row.items()}
         if self._train is not None:
             self._train.write(row)
             for k, v in row.items():

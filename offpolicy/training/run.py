@@ -176,7 +176,10 @@ class Run:
     def train(self, until: int | None = None, final_eval: bool = True) -> dict[str, Any]:
         """Train until env step ``until`` (default: ``train.steps``), then evaluate (unless
         ``final_eval`` is False or that step was just evaluated). Returns a summary with
-        ``status`` 'completed' or 'interrupted' and the ``signal`` that stopped it."""
+        ``status`` 'completed' or 'interrupted', the ``signal`` that stopped it, the ``step``,
+        the final and best returns, the ``run_dir`` (None without one), the newest evaluation
+        row (``eval``, None before any) and the newest train.csv row (``train``: losses and
+        diagnostics of the last logging interval, None before any)."""
         tc = self.train_cfg
         if self.dir is not None:
             self.dir.check()
@@ -194,7 +197,9 @@ class Run:
             plot_run(self.run_dir)  # a run without any evaluation has no curve to draw
         return {"status": status, "signal": self.signals.received, "step": self.step,
                 "final_return": self._last_eval()[1], "best_return": self.best_return,
-                "run_dir": str(self.run_dir)}
+                "run_dir": None if self.run_dir is None else str(self.run_dir),
+                "eval": dict(self.eval_history[-1]) if self.eval_history else None,
+                "train": self._logger.last_train}
 
     def _train(self, total: int, final_eval: bool) -> str:
         status = "completed"

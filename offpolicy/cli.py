@@ -253,6 +253,27 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _leave_out(dirs: list[Path], keep, lacking: str) -> list[Path]:
+    """The runs ``keep(run)`` holds for; the others are named in one note (all of them: one
+    line error)."""
+    missing = [d for d in dirs if not keep(d)]
+    if len(missing) == len(dirs):
+        raise OffpolicyError(f"no run has {lacking}: " + ", ".join(str(d) for d in dirs))
+    if missing:  # one line, however many
+        which = ", ".join(str(d) for d in missing)
+        print(f"offpolicy: note: left out {len(missing)} run{'s' * (len(missing) > 1)} "
+              f"without {lacking}: {which}", file=sys.stderr)
+    return [d for d in dirs if d not in missing]
+
+
+def _evaluated(dirs: list[Path]) -> list[Path]:
+    """The runs with an evaluation: one just started has only eval.csv's header."""
+    from offpolicy.plotting import read_eval_csv
+
+    return _leave_out(dirs, lambda d: bool(read_eval_csv(d / "eval.csv", quiet=True)),
+                      "an evaluation yet")
+
+
 def cmd_plot(argv: list[str]) -> int:
     p = _Parser(prog="offpolicy plot", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                 description="learning curves, mean +- standard error over seeds: runs are "
@@ -268,18 +289,16 @@ def cmd_plot(argv: list[str]) -> int:
     p.add_argument("--log", action="store_true", help="logarithmic y axis")
     a = p.parse_args(argv)
     target = _figure_path(a.out)
-    from offpolicy.plotting import group_by_env, has_metric, plot_envs
+    from offpolicy.plotting import group_by_env, has_metric, plot_envs, read_eval_csv
 
     dirs = _run_dirs(a.runs)
     if a.metric:
-        missing = [d for d in dirs if not has_metric(d, a.metric)]
-        if len(missing) == len(dirs):
-            raise OffpolicyError(f"no run has a train.csv column '{a.metric}'")
-        if missing:  # one line, however many
-            which = ", ".join(str(d) for d in missing)
-            print(f"offpolicy: note: left out {len(missing)} run{'s' * (len(missing) > 1)} "
-                  f"without a train.csv column '{a.metric}': {which}", file=sys.stderr)
-        dirs = [d for d in dirs if d not in missing]
+        dirs = _leave_out(dirs, lambda d: has_metric(d, a.metric),
+                          f"a train.csv column '{a.metric}'")
+        dirs = _leave_out(dirs, lambda d: bool(read_eval_csv(d / "train.csv", quiet=True)),
+                          "a train.csv row yet")
+    else:
+        dirs = _evaluated(dirs)
     existed = target.exists()
     with _writing(target):
         groups = group_by_env(dirs, registry.resolved_flat)
@@ -298,7 +317,7 @@ def cmd_table(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from offpolicy.plotting import format_table, group_by_env, table_rows
 
-    by_env = group_by_env(_run_dirs(a.runs), registry.resolved_flat)
+    by_env = group_by_env(_evaluated(_run_dirs(a.runs)), registry.resolved_flat)
     print("\n\n".join(f"{env}\n\n{format_table(table_rows(groups))}"
                       for env, groups in by_env.items()))
     return 0

@@ -1,0 +1,33 @@
+"""Defects from the fault probe of the newer features (issue #74); each test failed before its
+fix."""
+
+from __future__ import annotations
+
+import shutil
+
+from _helpers import TINY_FLAGS, assert_one_line_error, run_cli
+
+DDPG = ["train", "ddpg", "--env", "Pendulum-v1", *TINY_FLAGS]
+
+
+# ---------------------------------------------------------------------- item 2
+def test_table_and_plot_leave_out_a_run_without_evaluations(tmp_path):
+    """A folder holding a run that has just started (eval.csv's header, no row) made
+    ``table`` and ``plot`` fail outright; now it is left out with a note."""
+    done = run_cli(*DDPG, "--steps", "200", "--eval-every", "200", "--run-dir", "runs/a",
+                   cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    started = tmp_path / "runs" / "b"
+    started.mkdir()
+    shutil.copy(tmp_path / "runs" / "a" / "config.yaml", started)
+    (started / "eval.csv").write_text("step,return_mean,return_std,return_se,episodes,"
+                                      "wall_time\n")
+    for cmd in (["table", "runs"], ["plot", "runs", "--out", "c.png"]):
+        p = run_cli(*cmd, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert f"left out 1 run without an evaluation yet: {started.relative_to(tmp_path)}" \
+            in p.stderr
+    assert "| ddpg | 1 | 200 |" in run_cli("table", "runs", cwd=tmp_path).stdout
+    for cmd in (["table", "runs/b"], ["plot", "runs/b", "--out", "d.png"]):
+        assert_one_line_error(run_cli(*cmd, cwd=tmp_path), "no run has an evaluation yet")
+    assert not (tmp_path / "d.png").exists()

@@ -112,14 +112,23 @@ class Agent:
         (``eval_every``). Successive calls continue the same episodes, replay and noise. An
         agent from ``offpolicy.load`` learns with an empty replay (loading reads parameters
         only; resume a run directory with the CLI's ``--resume`` to continue with its
-        replay)."""
+        replay). With remote collectors (``num_collectors``) the last chunks are cut to end
+        on the step asked for, except where a chunk is one segment or one unroll
+        (``segment_length``, ``collector_replay``): ``steps`` is then whole chunks."""
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise OffpolicyError(f"steps must be a positive integer, got {steps!r}")
-        k = self.run.train_cfg.num_envs
+        tc = self.run.train_cfg
+        k, what = tc.num_envs, f"num_envs {tc.num_envs} (the env copies step together)"
+        if tc.num_collectors and (tc.segment_length or tc.collector_replay):
+            # a chunk is one segment or one unroll: a cut one would be neither
+            k *= registry.chunk_steps(tc)
+            flag, one = (("--collector-replay", "unroll") if tc.collector_replay
+                         else ("--segment-length", "segment"))
+            what = (f"num_envs {tc.num_envs} x {registry.chunk_steps(tc)} steps per collector "
+                    f"chunk (with {flag} a chunk is one whole {one})")
         if steps % k:
-            raise OffpolicyError(f"steps {steps} is not a multiple of num_envs {k} (the env "
-                                 f"copies step together): use {steps - steps % k or k} or "
-                                 f"{steps - steps % k + k}")
+            raise OffpolicyError(f"steps {steps} is not a multiple of {what}: use "
+                                 f"{steps - steps % k or k} or {steps - steps % k + k}")
         if self._checkpoint is not None:  # everything but the replay, into a full-size run
             fresh = Run(self.run.run, None)
             fresh.restore(self._checkpoint, with_replay=False)

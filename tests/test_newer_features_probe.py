@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import shutil
 
-from _helpers import TINY_FLAGS, assert_one_line_error, run_cli
+import pytest
+from _helpers import TINY_FLAGS, assert_one_line_error, run_cli, tiny_run
+
+from offpolicy.errors import OffpolicyError
 
 DDPG = ["train", "ddpg", "--env", "Pendulum-v1", *TINY_FLAGS]
 
@@ -31,3 +34,36 @@ def test_table_and_plot_leave_out_a_run_without_evaluations(tmp_path):
     for cmd in (["table", "runs/b"], ["plot", "runs/b", "--out", "d.png"]):
         assert_one_line_error(run_cli(*cmd, cwd=tmp_path), "no run has an evaluation yet")
     assert not (tmp_path / "d.png").exists()
+
+
+# ---------------------------------------------------------------------- item 3
+def test_learn_with_collectors_trains_exactly_the_steps_asked():
+    """Chunks of 50 steps: ``learn(30)`` trained nothing and ``learn(70)`` 50; the last chunks
+    are cut now, so each call ends on its step (with updates for every step learned)."""
+    from offpolicy.api import Agent
+    from offpolicy.training.distributed import LocalPool
+    from offpolicy.training.run import Run
+
+    run = Run(tiny_run(env="toy_envs:ToyTerminate-v0", num_collectors=2, eval_every=1000,
+                       log_every=100), None)
+    run.pool_factory = LocalPool
+    agent = Agent(run)
+    for n, reached in ((30, 30), (70, 100), (2, 102)):
+        assert agent.learn(n)["step"] == reached
+        assert len(run.replay) == reached
+    assert run.learner.updates == 102  # each chunk's updates, one per env step
+    agent.close()
+
+
+def test_learn_refuses_a_cut_segment_with_collectors():
+    """Where a collector's chunk is one segment (ACER) it is not cut: whole chunks only."""
+    from offpolicy.api import Agent
+    from offpolicy.training.distributed import LocalPool
+    from offpolicy.training.run import Run
+
+    run = Run(tiny_run("acer", "CartPole-v1", num_collectors=2, num_envs=1), None)
+    run.pool_factory = LocalPool
+    agent = Agent(run)
+    with pytest.raises(OffpolicyError, match="use 20 or 40"):
+        agent.learn(30)
+    agent.close()

@@ -326,30 +326,33 @@ class CollectionStats:
 
 def distributed(run, total: int) -> None:
     """Start ``run.pool_factory``'s collectors, learn from their chunks until step ``total``
-    (exactly: no chunk is asked for that would pass it), stop them."""
+    (exactly: the last chunks are cut to end there), stop them."""
     tc, learner, schedule = run.train_cfg, run.learner, run.schedule
     if run.collection is None:  # their episodes, across this run's learn() calls
         run.collection = CollectionStats(run.episodes)
     pool = run.pool_factory(run.run)
     run.signals.reinstall()  # Ray's handlers replaced ours: a SIGTERM must checkpoint
     k, per = tc.num_envs, registry.chunk_steps(tc)
-    size, step, stats = per * k, run.step, run.collection
+    step, stats = run.step, run.collection
     rings = [np.arange(i * k, (i + 1) * k) for i in range(tc.num_collectors)]
     payload, published = pool.publish(learner.acting_payload()), learner.updates
-    asked: set[int] = set()
+    asked: dict[int, int] = {}  # collector -> the env steps of its chunk in flight
     queue = UnrollQueue(tc.batch_size) if tc.collector_replay else None
 
     def ask(i: int) -> None:
-        if step + (len(asked) + 1) * size <= total and not run.stopping:
-            pool.launch(i, per, payload, step)
-            asked.add(i)
+        # the last chunks are shorter where whole ones would pass ``total``: Agent.learn(n)
+        # takes any multiple of --num-envs (the command line's --steps is whole chunks)
+        n = min(per, (total - step - sum(asked.values())) // k)
+        if n > 0 and not run.stopping:
+            pool.launch(i, n, payload, step)
+            asked[i] = n * k
 
     try:
         for i in range(tc.num_collectors):
             ask(i)
         while asked:
             i, chunk = pool.next()
-            asked.discard(i)
+            size = asked.pop(i)
             if isinstance(chunk, CollectorFailure):
                 _restart(run, pool, i, rings[i], chunk, stats)
                 ask(i)

@@ -67,3 +67,28 @@ def test_learn_refuses_a_cut_segment_with_collectors():
     with pytest.raises(OffpolicyError, match="use 20 or 40"):
         agent.learn(30)
     agent.close()
+
+
+# ---------------------------------------------------------------------- item 4
+@pytest.mark.parametrize("flags,named", [
+    (["--td3.hidden", "1048576", "1048576"], "--td3.hidden 1048576 1048576"),  # the maximum
+    (["--td3.core", "gru", "--td3.core-cells", "1000000"], "--td3.core-cells 1000000"),
+    # parameters that fit, activations of the first update that do not
+    (["--td3.hidden", "4096", "4096", "--batch-size", "4194304", "--buffer-size", "4194304",
+      "--no-wait-for-batch", "--warmup-steps", "0"], "--batch-size 4194304"),
+])
+def test_a_network_too_big_for_memory_is_one_line(tmp_path, flags, named):
+    """A 47-line out-of-memory traceback, exit 1; now one line naming the flags to shrink,
+    exit 2, and no run directory left (nothing was checkpointed)."""
+    p = run_cli("train", "td3", "--env", "Pendulum-v1", "--steps", "2000", "--quiet", *flags,
+                "--run-dir", "R", cwd=tmp_path)
+    line = assert_one_line_error(p, "out of memory: td3's networks or batch do not fit")
+    assert named in line and "shrink them" in line
+    assert not (tmp_path / "R").exists()
+
+
+def test_out_of_memory_in_python_is_the_library_error():
+    import offpolicy
+
+    with pytest.raises(OffpolicyError, match=r"--td3\.hidden 1048576 1048576"):
+        offpolicy.make("td3", env="Pendulum-v1", hidden=(2**20, 2**20))

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -173,13 +174,23 @@ class Agent:
         self.run.close()
 
     def save(self, path: str | Path) -> Path:
-        """Write a self-contained checkpoint directory (parameters, optimiser, config)."""
+        """Write a self-contained checkpoint directory (parameters, optimiser, config): a new
+        or empty directory. A failed write (a full disk) leaves no folder it made."""
         path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise OffpolicyError(f"cannot save to {path}: it is a file (give a directory)")
         if path.exists() and any(path.iterdir()):
             raise OffpolicyError(f"{path} exists and is not empty")
+        made = [d for d in [path, *path.parents] if not d.exists()]
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise OffpolicyError(f"cannot create {path}: {e}") from e
         r = self.run
-        return checkpoint.save(path, "latest", r.step, r.state, r.checkpoint_meta(), None)
+        try:
+            return checkpoint.save(path, "latest", r.step, r.state, r.checkpoint_meta(), None)
+        except BaseException:
+            for d in made:  # deepest first; checkpoint.save left nothing in them
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            raise

@@ -3,12 +3,23 @@ fix."""
 
 from __future__ import annotations
 
+import errno
 import shutil
 
+import numpy as np
 import pytest
-from _helpers import TINY_FLAGS, assert_one_line_error, run_cli, tiny_run
+from _helpers import (
+    TINY_FLAGS,
+    TINY_OVERRIDES,
+    assert_one_line_error,
+    latest_step,
+    read_csv,
+    run_cli,
+    tiny_run,
+)
 
 from offpolicy.errors import OffpolicyError
+from offpolicy.training import checkpoint
 
 DDPG = ["train", "ddpg", "--env", "Pendulum-v1", *TINY_FLAGS]
 
@@ -92,3 +103,75 @@ def test_out_of_memory_in_python_is_the_library_error():
 
     with pytest.raises(OffpolicyError, match=r"--td3\.hidden 1048576 1048576"):
         offpolicy.make("td3", env="Pendulum-v1", hidden=(2**20, 2**20))
+
+
+# ---------------------------------------------------------------------- item 5
+def _enospc(*_a, **_k):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_best_save_names_the_latest_checkpoint(tmp_path, monkeypatch):
+    """With ``best`` at step 2000 ahead of ``latest`` at 1000, a failed ``best`` save said
+    "the last good checkpoint (step 2000) is kept": a resume starts from 1000."""
+    root = tmp_path / "checkpoints"
+    checkpoint.save(root, "latest", 1000, {"w": np.zeros(2)}, {})
+    checkpoint.save(root, "best", 2000, {"w": np.ones(2)}, {})
+    monkeypatch.setattr(checkpoint, "_write_file", _enospc)
+    with pytest.raises(OffpolicyError) as info:
+        checkpoint.save(root, "best", 3000, {"w": np.ones(2)}, {})
+    assert "the last good checkpoint (step 1000) is kept" in str(info.value)
+
+
+def test_a_run_that_failed_saving_is_not_finished(tmp_path, monkeypatch):
+    """Its save at the last step failed after the last evaluation was logged: the next
+    ``suite run`` counted it as finished (eval.csv reached its steps) and skipped it."""
+    from offpolicy.suites import runner
+    from offpolicy.training.run import Run
+
+    real = checkpoint._write_file
+    monkeypatch.setattr(checkpoint, "_write_file", lambda path, data: (
+        _enospc() if "000002000" in str(path) else real(path, data)))
+    run = Run(tiny_run(steps=2000, eval_every=1000), tmp_path / "R")
+    with pytest.raises(OffpolicyError, match=r"step 1000\) is kept"):
+        run.train()
+    run.close()
+    assert [int(r["step"]) for r in read_csv(tmp_path / "R" / "eval.csv")] == [1000, 2000]
+    assert latest_step(tmp_path / "R") == 1000
+    assert not runner.finished(tmp_path / "R", 2000)
+    assert runner.finished(tmp_path / "R", 1000)
+
+
+def test_plot_on_a_full_disk_leaves_no_file(tmp_path, monkeypatch, capsys):
+    """``plot`` left a 0-byte file: the figure is written beside it and renamed."""
+    from matplotlib.figure import Figure
+
+    from offpolicy.cli import main
+
+    run = tmp_path / "R"
+    run.mkdir()
+    (run / "eval.csv").write_text("step,return_mean,return_std,return_se,episodes,wall_time\n"
+                                  "100,1.0,0.5,0.25,4,1.0\n")
+
+    def full_disk(self, fname, **kw):
+        open(fname, "wb").close()  # the file is made, its first block is not
+        _enospc()
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    assert main(["plot", str(run), "--out", str(tmp_path / "figs" / "c.png")]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["R"]
+    (tmp_path / "c.png").write_bytes(b"an older figure")
+    assert main(["plot", str(run), "--out", str(tmp_path / "c.png")]) == 2
+    assert (tmp_path / "c.png").read_bytes() == b"an older figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["R", "c.png"]
+
+
+def test_save_on_a_full_disk_leaves_no_folder(tmp_path, monkeypatch):
+    import offpolicy
+
+    agent = offpolicy.make("ddpg", env="Pendulum-v1", **TINY_OVERRIDES)
+    monkeypatch.setattr(checkpoint, "_write_file", _enospc)
+    with pytest.raises(OffpolicyError, match="No space left on device"):
+        agent.save(tmp_path / "new" / "agent")
+    assert not (tmp_path / "new").exists()
+    agent.close()

@@ -191,7 +191,10 @@ class Run:
         with self.signals:
             status = self._train(total, final_eval)
         if self.run_dir is not None and status == "completed" and self._last_eval()[0] >= 0:
-            plot_run(self.run_dir)  # a run without any evaluation has no curve to draw
+            try:  # a run without any evaluation has no curve to draw
+                plot_run(self.run_dir)
+            except OSError as e:  # a full disk: the checkpoints and logs are whole
+                raise OffpolicyError(f"cannot write {self.run_dir / 'curve.png'}: {e}") from e
         return {"status": status, "signal": self.signals.received, "step": self.step,
                 "final_return": self._last_eval()[1], "best_return": self.best_return,
                 "run_dir": str(self.run_dir)}

@@ -438,6 +438,7 @@ def cmd_suite(argv: list[str]) -> int:
     if a.jobs < 1:
         raise OffpolicyError(f"--jobs must be at least 1, got {a.jobs}")
     spec.check(suite)
+    report.check_metrics(suite, runs)  # a grid under way: refused now, not in its last report
     done, todo = runner.split_finished(runs)
     print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "
           f"{len(todo)} to run or resume; folder {out}", file=sys.stderr)

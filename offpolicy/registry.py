@@ -464,7 +464,7 @@ def load_yaml(path) -> dict[str, Any]:
     if not path.is_file():
         raise OffpolicyError(f"config file {path} does not exist or is not a file")
     try:
-        d = yaml.safe_load(path.read_text()) or {}
+        d = C.load_yaml_text(path.read_text()) or {}
     except (OSError, UnicodeDecodeError) as e:
         raise OffpolicyError(f"cannot read config file {path}: {e}") from e
     except yaml.YAMLError as e:

@@ -175,3 +175,67 @@ def test_save_on_a_full_disk_leaves_no_folder(tmp_path, monkeypatch):
         agent.save(tmp_path / "new" / "agent")
     assert not (tmp_path / "new").exists()
     agent.close()
+
+
+# ---------------------------------------------------------------------- item 6
+def _one_line_error(capsys, argv: list[str]) -> str:
+    from offpolicy.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("offpolicy: error: "), err
+    return err
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path, capsys):
+    """PyYAML keeps a repeated key's last value: a ``--config`` file or a suite with one
+    (and a suite naming an env twice in its list) was taken silently."""
+    config = tmp_path / "c.yaml"
+    config.write_text("train:\n  steps: 1000\n  seed: 1\n  steps: 2000\n")
+    err = _one_line_error(capsys, ["train", "ddpg", "--config", str(config), "--run-dir",
+                                   str(tmp_path / "X")])
+    assert "key 'steps' appears twice in one mapping (lines 2 and 4)" in err
+    assert not (tmp_path / "X").exists()
+    suite = tmp_path / "s.yaml"
+    head = "name: dup\nseeds: [0]\nsteps: 600\n"
+    suite.write_text(head + "envs: [Pendulum-v1]\nentries:\n  ddpg: {}\n"
+                     "  ddpg: {flags: --batch-size 16}\n")
+    err = _one_line_error(capsys, ["suite", "run", str(suite), "--dry-run"])
+    assert "key 'ddpg' appears twice in one mapping (lines 6 and 7)" in err
+    suite.write_text(head + "envs: [Pendulum-v1, Hopper-v5, Pendulum-v1]\nentries: {ddpg: {}}\n")
+    err = _one_line_error(capsys, ["suite", "run", str(suite), "--dry-run"])
+    assert "envs: 'Pendulum-v1' appears twice" in err
+
+
+def _logged_run(d, columns):
+    d.mkdir(parents=True)
+    (d / "eval.csv").write_text("step,return_mean,return_std,return_se,episodes,wall_time\n"
+                                "600,-300.0,2.0,0.5,2,1.0\n")
+    (d / "train.csv").write_text(",".join(["step", *columns]) + "\n"
+                                 + ",".join(["600"] + ["0.5"] * len(columns)) + "\n")
+
+
+def test_an_unknown_metric_is_refused(tmp_path, capsys):
+    """A metric no run logs (a typo) in ``suite report --metric`` or a suite's ``metrics:``
+    was left out of the report without a word."""
+    from offpolicy.suites import runner, spec
+    from offpolicy.suites.report import write_report
+
+    suite = spec.parse({"name": "m", "envs": ["Pendulum-v1"], "seeds": [0], "steps": 600,
+                        "metrics": ["kl_mu_pj"],
+                        "entries": {"ddpg": {}, "naf": {"flags": "--replay refer"}}},
+                       tmp_path / "m.yaml")
+    runs = runner.plan(suite, lambda env, entry, seed: tmp_path / entry / f"s{seed}")
+    _logged_run(tmp_path / "ddpg" / "s0", ["critic_loss"])
+    # naf has not logged yet: it may log the column, so a note and no refusal
+    write_report(suite, runs, tmp_path / "out", "r", "cmd")
+    assert "no run's train.csv has a column 'kl_mu_pj' yet (entries that have not logged: " \
+           "naf)" in capsys.readouterr().err
+    _logged_run(tmp_path / "naf" / "s0", ["critic_loss", "kl_mu_pi"])
+    with pytest.raises(OffpolicyError, match=r"m\.yaml: metrics: no run's train.csv has a "
+                       r"column 'kl_mu_pj'; did you mean kl_mu_pi\? \(columns: critic_loss, "
+                       r"kl_mu_pi\)"):
+        write_report(suite, runs, tmp_path / "out", "r", "cmd")
+    with pytest.raises(OffpolicyError, match="--metric: no run's train.csv has a column 'x'"):
+        write_report(suite, runs, tmp_path / "out", "r", "cmd", ["kl_mu_pi", "x"])
+    assert "kl_mu_pi" in write_report(suite, runs, tmp_path / "out", "r", "cmd", ["kl_mu_pi"])

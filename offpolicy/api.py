@@ -145,7 +145,13 @@ class Agent:
         pass ``first=True`` with each episode's first observation (the first call starts
         one either way)."""
         r = self.run
-        obs = np.asarray(obs, r.obs_dtype)  # frames stay uint8: the network scales them
+        try:
+            obs = np.asarray(obs, r.obs_dtype)  # frames stay uint8: the network scales them
+        except (ValueError, TypeError) as e:  # a string, a ragged list, a dict...
+            text = " ".join(repr(obs).split())
+            raise OffpolicyError(
+                f"observation must be an array of numbers of shape {r.obs_shape}, got "
+                f"{type(obs).__name__} {text[:60] + '...' if len(text) > 60 else text}") from e
         if obs.shape != r.obs_shape:
             hint = ("; this agent observes the previous action and reward too "
                     "(--observe-action-reward): step an env from offpolicy.envs.make_env(id, "

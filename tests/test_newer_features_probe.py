@@ -239,3 +239,47 @@ def test_an_unknown_metric_is_refused(tmp_path, capsys):
     with pytest.raises(OffpolicyError, match="--metric: no run's train.csv has a column 'x'"):
         write_report(suite, runs, tmp_path / "out", "r", "cmd", ["kl_mu_pi", "x"])
     assert "kl_mu_pi" in write_report(suite, runs, tmp_path / "out", "r", "cmd", ["kl_mu_pi"])
+
+
+# ---------------------------------------------------------------------- item 7
+def test_core_flags_without_a_core_are_refused(tmp_path, capsys):
+    """``--td3.core-burn-in 5`` without ``--td3.core`` did nothing and was recorded in
+    config.yaml as if it applied."""
+    from offpolicy import registry
+
+    short = ["--steps", "200", "--run-dir", str(tmp_path / "X")]  # were it accepted
+    err = _one_line_error(capsys, ["train", "td3", "--td3.core-burn-in", "5", *short])
+    assert "--td3.core-burn-in 5 applies to a recurrent core, and this td3 has none: give " \
+           "--td3.core lstm or gru, or leave it out" in err
+    config = tmp_path / "c.yaml"
+    config.write_text("sac:\n  core-cells: 32\n")
+    err = _one_line_error(capsys, ["train", "sac", "--config", str(config), *short])
+    assert "--sac.core-cells 32 applies to a recurrent core" in err
+    assert not (tmp_path / "X").exists()
+    # with a core they apply; at their defaults (a run's config.yaml names them all) they pass
+    registry.resolve("td3", agent_overrides={"core": "gru", "core_start": "stored",
+                                             "core_burn_in": 5})
+    registry.resolve("td3", agent_overrides={"core_cells": 64, "core_burn_in": 0})
+
+
+@pytest.fixture(scope="module")
+def agent():
+    import offpolicy
+
+    a = offpolicy.make("ddpg", env="Pendulum-v1", **TINY_OVERRIDES)
+    yield a
+    a.close()
+
+
+@pytest.mark.parametrize("obs", ["abc", [[1.0, 2.0], [3.0]], {"x": 1.0}])
+def test_act_refuses_what_is_no_observation_in_one_line(agent, obs):
+    with pytest.raises(OffpolicyError, match=r"observation must be an array of numbers of "
+                                             r"shape \(3,\), got "):
+        agent.act(obs)
+
+
+def test_save_onto_a_file_is_the_library_error(agent, tmp_path):
+    (tmp_path / "f").write_text("mine")
+    with pytest.raises(OffpolicyError, match="cannot save to .*f: it is a file"):
+        agent.save(tmp_path / "f")
+    assert (tmp_path / "f").read_text() == "mine"

@@ -490,12 +490,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"offpolicy {__version__}")
         return 0
     cmd = COMMANDS.get(argv[0])
+    from offpolicy.training.signals import Terminated, terminated, terminating
+
     try:
         if cmd is None:
             hint = did_you_mean(argv[0], COMMANDS, n=1)
             raise OffpolicyError(f"unknown command '{argv[0]}'{hint} "
                                  f"(valid: {', '.join(COMMANDS)}, --version)")
-        return cmd(argv[1:])
+        with terminating():  # a training loop takes SIGTERM over, and checkpoints
+            code = cmd(argv[1:])
+            if not terminated():
+                return code
+            raise Terminated  # one that was dropped (raised in a gc callback)
+    except Terminated:
+        print("offpolicy: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except OffpolicyError as e:
         if os.environ.get("OFFPOLICY_TRACEBACK", "") not in ("", "0"):
             traceback.print_exception(e)  # the whole chain, the env's own frames included

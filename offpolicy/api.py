@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -175,14 +176,23 @@ class Agent:
         (``eval_every``). Successive calls continue the same episodes, replay and noise. An
         agent from ``offpolicy.load`` learns with an empty replay (loading reads parameters
         only; resume a run directory with the CLI's ``--resume`` to continue with its
-        replay)."""
+        replay). With remote collectors (``num_collectors``) the last chunks are cut to end
+        on the step asked for, except where a chunk is one segment or one unroll
+        (``segment_length``, ``collector_replay``): ``steps`` is then whole chunks."""
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise OffpolicyError(f"steps must be a positive integer, got {steps!r}")
-        k = self.run.train_cfg.num_envs
+        tc = self.run.train_cfg
+        k, what = tc.num_envs, f"num_envs {tc.num_envs} (the env copies step together)"
+        if tc.num_collectors and (tc.segment_length or tc.collector_replay):
+            # a chunk is one segment or one unroll: a cut one would be neither
+            k *= registry.chunk_steps(tc)
+            flag, one = (("--collector-replay", "unroll") if tc.collector_replay
+                         else ("--segment-length", "segment"))
+            what = (f"num_envs {tc.num_envs} x {registry.chunk_steps(tc)} steps per collector "
+                    f"chunk (with {flag} a chunk is one whole {one})")
         if steps % k:
-            raise OffpolicyError(f"steps {steps} is not a multiple of num_envs {k} (the env "
-                                 f"copies step together): use {steps - steps % k or k} or "
-                                 f"{steps - steps % k + k}")
+            raise OffpolicyError(f"steps {steps} is not a multiple of {what}: use "
+                                 f"{steps - steps % k or k} or {steps - steps % k + k}")
         if self._checkpoint is not None:  # everything but the replay, into a full-size run
             fresh = Run(self.run.run, None)
             fresh.restore(self._checkpoint, with_replay=False)
@@ -198,7 +208,13 @@ class Agent:
         pass ``first=True`` with each episode's first observation (the first call starts
         one either way)."""
         r = self.run
-        obs = np.asarray(obs, r.obs_dtype)  # frames stay uint8: the network scales them
+        try:
+            obs = np.asarray(obs, r.obs_dtype)  # frames stay uint8: the network scales them
+        except (ValueError, TypeError) as e:  # a string, a ragged list, a dict...
+            text = " ".join(repr(obs).split())
+            raise OffpolicyError(
+                f"observation must be an array of numbers of shape {r.obs_shape}, got "
+                f"{type(obs).__name__} {text[:60] + '...' if len(text) > 60 else text}") from e
         if obs.shape != r.obs_shape:
             hint = ("; this agent observes the previous action and reward too "
                     "(--observe-action-reward): step an env from offpolicy.envs.make_env(id, "
@@ -267,13 +283,23 @@ class Agent:
         self.run.close()
 
     def save(self, path: str | Path) -> Path:
-        """Write a self-contained checkpoint directory (parameters, optimiser, config)."""
+        """Write a self-contained checkpoint directory (parameters, optimiser, config): a new
+        or empty directory. A failed write (a full disk) leaves no folder it made."""
         path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise OffpolicyError(f"cannot save to {path}: it is a file (give a directory)")
         if path.exists() and any(path.iterdir()):
             raise OffpolicyError(f"{path} exists and is not empty")
+        made = [d for d in [path, *path.parents] if not d.exists()]
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise OffpolicyError(f"cannot create {path}: {e}") from e
         r = self.run
-        return checkpoint.save(path, "latest", r.step, r.state, r.checkpoint_meta(), None)
+        try:
+            return checkpoint.save(path, "latest", r.step, r.state, r.checkpoint_meta(), None)
+        except BaseException:
+            for d in made:  # deepest first; checkpoint.save left nothing in them
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            raise

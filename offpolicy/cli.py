@@ -297,6 +297,27 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
     return out
 
 
+def _leave_out(dirs: list[Path], keep, lacking: str) -> list[Path]:
+    """The runs ``keep(run)`` holds for; the others are named in one note (all of them: one
+    line error)."""
+    missing = [d for d in dirs if not keep(d)]
+    if len(missing) == len(dirs):
+        raise OffpolicyError(f"no run has {lacking}: " + ", ".join(str(d) for d in dirs))
+    if missing:  # one line, however many
+        which = ", ".join(str(d) for d in missing)
+        print(f"offpolicy: note: left out {len(missing)} run{'s' * (len(missing) > 1)} "
+              f"without {lacking}: {which}", file=sys.stderr)
+    return [d for d in dirs if d not in missing]
+
+
+def _evaluated(dirs: list[Path]) -> list[Path]:
+    """The runs with an evaluation: one just started has only eval.csv's header."""
+    from offpolicy.plotting import read_eval_csv
+
+    return _leave_out(dirs, lambda d: bool(read_eval_csv(d / "eval.csv", quiet=True)),
+                      "an evaluation yet")
+
+
 def cmd_plot(argv: list[str]) -> int:
     p = _Parser(prog="offpolicy plot", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                 description="learning curves, mean +- standard error over seeds: runs are "
@@ -312,18 +333,16 @@ def cmd_plot(argv: list[str]) -> int:
     p.add_argument("--log", action="store_true", help="logarithmic y axis")
     a = p.parse_args(argv)
     target = _figure_path(a.out)
-    from offpolicy.plotting import group_by_env, has_metric, plot_envs
+    from offpolicy.plotting import group_by_env, has_metric, plot_envs, read_eval_csv
 
     dirs = _run_dirs(a.runs)
     if a.metric:
-        missing = [d for d in dirs if not has_metric(d, a.metric)]
-        if len(missing) == len(dirs):
-            raise OffpolicyError(f"no run has a train.csv column '{a.metric}'")
-        if missing:  # one line, however many
-            which = ", ".join(str(d) for d in missing)
-            print(f"offpolicy: note: left out {len(missing)} run{'s' * (len(missing) > 1)} "
-                  f"without a train.csv column '{a.metric}': {which}", file=sys.stderr)
-        dirs = [d for d in dirs if d not in missing]
+        dirs = _leave_out(dirs, lambda d: has_metric(d, a.metric),
+                          f"a train.csv column '{a.metric}'")
+        dirs = _leave_out(dirs, lambda d: bool(read_eval_csv(d / "train.csv", quiet=True)),
+                          "a train.csv row yet")
+    else:
+        dirs = _evaluated(dirs)
     existed = target.exists()
     with _writing(target):
         groups = group_by_env(dirs, registry.resolved_flat)
@@ -342,7 +361,7 @@ def cmd_table(argv: list[str]) -> int:
     a = p.parse_args(argv)
     from offpolicy.plotting import format_table, group_by_env, table_rows
 
-    by_env = group_by_env(_run_dirs(a.runs), registry.resolved_flat)
+    by_env = group_by_env(_evaluated(_run_dirs(a.runs)), registry.resolved_flat)
     print("\n\n".join(f"{env}\n\n{format_table(table_rows(groups))}"
                       for env, groups in by_env.items()))
     return 0
@@ -504,6 +523,7 @@ def cmd_suite(argv: list[str]) -> int:
 
         check_ray_address(a.ray_address, a.ray_connect_timeout)
     spec.check(suite)
+    report.check_metrics(suite, runs)  # a grid under way: refused now, not in its last report
     done, todo = runner.split_finished(runs)
     print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "
           f"{len(todo)} to run or resume; folder {out}", file=sys.stderr)
@@ -568,12 +588,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"offpolicy {__version__}")
         return 0
     cmd = COMMANDS.get(argv[0])
+    from offpolicy.training.signals import Terminated, terminated, terminating
+
     try:
         if cmd is None:
             hint = did_you_mean(argv[0], COMMANDS, n=1)
             raise OffpolicyError(f"unknown command '{argv[0]}'{hint} "
                                  f"(valid: {', '.join(COMMANDS)}, --version)")
-        return cmd(argv[1:])
+        with terminating():  # a training loop takes SIGTERM over, and checkpoints
+            code = cmd(argv[1:])
+            if not terminated():
+                return code
+            raise Terminated  # one that was dropped (raised in a gc callback)
+    except Terminated:
+        print("offpolicy: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except OffpolicyError as e:
         if os.environ.get("OFFPOLICY_TRACEBACK", "") not in ("", "0"):
             traceback.print_exception(e)  # the whole chain, the env's own frames included

@@ -10,6 +10,7 @@ YAML <- command-line flags.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass, field
@@ -572,6 +573,44 @@ def validate(cfg: Any, prefix: str = "") -> None:
                     raise OffpolicyError(f"{flag}: must be {word} {bound}, got {x}")
         if isinstance(v, tuple) and any(not 1 <= x <= MAX_SIZE for x in v):
             raise OffpolicyError(f"{flag}: sizes must be between 1 and {MAX_SIZE}, got {list(v)}")
+
+
+def load_yaml_text(text: str) -> Any:
+    """``yaml.safe_load``, but a key given twice in one mapping raises ``yaml.YAMLError`` (one
+    line naming the key and its lines): PyYAML keeps the last silently, so a typo'd copy of a
+    setting would win unseen. Config files and suites read YAML through this."""
+    import yaml
+
+    return yaml.load(text, Loader=_unique_key_loader())
+
+
+@functools.cache
+def _unique_key_loader() -> type:
+    import yaml
+
+    class DuplicateKeyError(yaml.YAMLError):
+        pass
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue  # keys a '<<' merge brings may be overridden: that is its use
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        first = seen.get(key)
+                    except TypeError:  # an unhashable key: the base class reports it
+                        continue
+                    if first is not None:
+                        raise DuplicateKeyError(f"key {key!r} appears twice in one mapping "
+                                                f"(lines {first} and {line})")
+                    seen[key] = line
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
 
 
 def apply_overrides(cfg: Any, overrides: dict[str, Any], where: str) -> Any:

@@ -26,6 +26,16 @@ def env_error(env_id: str, e: BaseException, where: str) -> EnvError:
                     + (f": {text}" if text else ""))
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """Whether ``e`` says memory ran out: NumPy's ``MemoryError``, or XLA's RESOURCE_EXHAUSTED
+    or 'Out of memory' (a ``JaxRuntimeError``, named here so that this module imports no JAX)."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e)
+    return (type(e).__name__ in ("JaxRuntimeError", "XlaRuntimeError")
+            and ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()))
+
+
 def did_you_mean(word: str, choices, n: int = 3, cutoff: float = 0.6) -> str:
     """'; did you mean a, b?' for the choices close to ``word``, or '' (for error messages)."""
     import difflib

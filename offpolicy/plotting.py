@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -118,6 +119,25 @@ def read_metric(run_dir: str | Path, metric: str) -> dict[str, np.ndarray]:
             "return_mean": np.array([r[metric] for r in rows])}
 
 
+def save_figure(fig, out: str | Path) -> Path:
+    """Write ``fig`` to ``out`` (format from its suffix, else PNG) through a temporary file
+    beside it, then close it: a failed write (a full disk) leaves the old file or none, never
+    a partial one."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        fig.savefig(tmp, format=out.suffix[1:].lower() or "png")
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return out
+
+
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """curve.png of one run: mean evaluation return with its standard-error band."""
     import matplotlib
@@ -141,9 +161,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
                  fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str = "",
@@ -214,9 +232,7 @@ def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str =
                 ax.set_title(f"proposal, sub-action {d}", fontsize=8)
     fig.tight_layout()
     out = Path(out)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 # fields that do not change what a run learns: runs that differ only in these are seeds of one
@@ -427,9 +443,7 @@ def plot_envs(by_env: dict[str, dict[str, list[Path]]], out: str | Path, title: 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return Path(out)
+    return save_figure(fig, out)
 
 
 def table_rows(groups: dict[str, list[Path]]) -> list[dict]:

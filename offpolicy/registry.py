@@ -418,6 +418,8 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         train.buffer_size = refer_memory(train.steps, train.num_envs)
     C.validate(train)
     C.validate(agent, spec.section)
+    _check_core_fields(agent, spec, set((file_dict or {}).get(spec.section) or {})
+                       | set(agent_overrides or {}))
     if train.replay not in spec.replays:
         raise OffpolicyError(f"--replay {train.replay} is not available for {algo} "
                              f"(valid: {', '.join(spec.replays)})")
@@ -448,6 +450,21 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     if preset is None and spec.presets.get("paper") == {}:
         preset = "paper"  # the defaults are the paper's setting: config.yaml says which
     return RunConfig(algo, train, agent, preset)
+
+
+def _check_core_fields(agent: Any, spec: Algorithm, given: set[str]) -> None:
+    """A recurrent core's fields set (by file or flag, to other than their defaults) without
+    a core do nothing: refused, rather than recorded in config.yaml as if they applied."""
+    if not isinstance(agent, C.CoreFields) or agent.core != "none":
+        return
+    defaults = spec.config_cls()
+    for f in C.fields_of(C.CoreFields):
+        if (f.name != "core" and {f.name, f.name.replace("_", "-")} & given
+                and getattr(agent, f.name) != getattr(defaults, f.name)):
+            flag = f"--{spec.section}.{f.name.replace('_', '-')}"
+            raise OffpolicyError(f"{flag} {getattr(agent, f.name)} applies to a recurrent core, "
+                                 f"and this {spec.name} has none: give --{spec.section}.core "
+                                 "lstm or gru, or leave it out")
 
 
 STEP_MULTIPLES = ("steps", "eval_every", "checkpoint_every")
@@ -491,7 +508,7 @@ def load_yaml(path) -> dict[str, Any]:
     if not path.is_file():
         raise OffpolicyError(f"config file {path} does not exist or is not a file")
     try:
-        d = yaml.safe_load(path.read_text()) or {}
+        d = C.load_yaml_text(path.read_text()) or {}
     except (OSError, UnicodeDecodeError) as e:
         raise OffpolicyError(f"cannot read config file {path}: {e}") from e
     except yaml.YAMLError as e:

@@ -5,6 +5,7 @@ end) their own."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -102,6 +103,55 @@ def test_sigterm_then_resume_and_no_ray_process_outlives_the_run(tmp_path):
     assert done.returncode == 0, done.stderr
     assert [int(r["step"]) for r in read_csv(tmp_path / "R" / "eval.csv")][-1] == 3000
     assert not _settle(before), "the resumed run's Ray instance outlived it"
+
+
+def _descendant_commands(pid: int) -> list[str]:
+    """The command lines of ``pid``'s descendants."""
+    children: dict[int, list[int]] = {}
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                out.append(open(f"/proc/{child}/cmdline", "rb").read().replace(b"\0", b" ")
+                           .decode(errors="replace"))
+            except OSError:
+                continue
+            todo.append(child)
+    return out
+
+
+def _started(p, *names: str):
+    """True once one of ``p``'s descendants runs one of ``names``."""
+    return lambda: any(n in cmd for cmd in _descendant_commands(p.pid) for n in names)
+
+
+# moments of the start-up of a run with collectors: importing and building (no Ray yet), the
+# run directory made, Ray's GCS up (ray.init under way), its raylet's agents started (the end
+# of ray.init), the collectors' actors starting
+START_UP = {"building": lambda p, d: (lambda: time.monotonic() > p.started + 2.0),
+            "run directory": lambda p, d: (lambda: (d / "R" / "config.yaml").exists()),
+            "GCS": lambda p, d: _started(p, "gcs_server"),
+            "agents": lambda p, d: _started(p, "ray::DashboardAgent", "ray::RuntimeEnvAgent"),
+            "actors": lambda p, d: _started(p, "CollectorProcess")}
+
+
+@pytest.mark.parametrize("moment", list(START_UP))
+def test_sigterm_at_any_moment_of_start_up_exits_143_and_leaves_no_ray(tmp_path, moment):
+    """#74 item 1: a SIGTERM while Ray started (ray.init installs handlers of its own) exited
+    15 or aborted (134), and Ray's agents outlived the run by over a minute."""
+    before = ray_processes()
+    p = start_cli(*ARGS, "--steps", "100000", "--run-dir", "R", cwd=tmp_path)
+    p.started = time.monotonic()
+    _, err = signal_when(START_UP[moment](p, tmp_path), p, signal.SIGTERM)
+    assert p.returncode == 143, err
+    assert "Traceback" not in err and "Aborted" not in err, err
+    assert not _settle(before, timeout=5), "Ray processes outlived the run"
 
 
 def test_sigkill_of_the_learner_leaves_no_ray_process(tmp_path):

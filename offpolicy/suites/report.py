@@ -19,12 +19,13 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import OffpolicyError, did_you_mean
 from offpolicy.suites.host import FIELDS as HOST_FIELDS
 from offpolicy.suites.host import host, hosts_of, machine, read_starts, write_starts
 from offpolicy.suites.runner import RunSpec, finished
@@ -239,6 +240,36 @@ def collect(runs: list[RunSpec]) -> dict[str, dict[str, list[Path]]]:
             for env, g in out.items()}
 
 
+def check_metrics(suite: Suite, runs: list[RunSpec], metrics: list[str] | None = None
+                  ) -> None:
+    """A metric (``--metric``'s, else the suite's ``metrics``) that no run's train.csv has is
+    refused (a typo, or another algorithm's column), naming the columns there are, once every
+    entry has a run that logged: before that an entry yet to run may log it, and a note says
+    it is not there yet."""
+    from offpolicy.plotting import parse_csv
+
+    where = "--metric" if metrics is not None else f"suite {suite.path or suite.name}: metrics"
+    metrics = list(suite.metrics if metrics is None else metrics)
+
+    headers: dict[str, list[set[str]]] = {}
+    for r in runs:
+        path = r.run_dir / "train.csv"
+        header = parse_csv(path)[0] if path.exists() else []
+        if header:
+            headers.setdefault(r.entry.name, []).append(set(header))
+    columns = sorted(set().union(*(h for hs in headers.values() for h in hs))
+                     - {"step", "wall_time"})
+    waiting = sorted({r.entry.name for r in runs} - set(headers))
+    for m in metrics:
+        if not headers or any(m in h for hs in headers.values() for h in hs):
+            continue
+        if not waiting:
+            raise OffpolicyError(f"{where}: no run's train.csv has a column {m!r}"
+                                 f"{did_you_mean(m, columns)} (columns: {', '.join(columns)})")
+        print(f"offpolicy: note: {where}: no run's train.csv has a column {m!r} yet (entries "
+              f"that have not logged: {', '.join(waiting)})", file=sys.stderr)
+
+
 def _write_csvs(by_env, runs: list[RunSpec], out_dir: Path, stem: str, metrics) -> None:
     from offpolicy.plotting import read_eval, read_metric
 
@@ -320,6 +351,7 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
     False (a caller that decides over several reports' grids at once)."""
     from offpolicy.plotting import format_table, has_metric, plot_envs, table_rows
 
+    check_metrics(suite, runs, metrics)
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = list(suite.metrics if metrics is None else metrics)
     by_env_all = collect(runs)

@@ -2,7 +2,8 @@
 
 Each run is the ``offpolicy train`` command of its entry, in its own directory
 ``OUT/<env>/<entry>/s<seed>`` (its output in ``s<seed>.log`` beside it). A run is finished
-when its last evaluation reached its steps: a rerun of the suite skips it. An unfinished run
+when its last evaluation and its latest checkpoint reached its steps (:func:`finished`): a
+rerun of the suite skips it. An unfinished run
 with a checkpoint continues with ``--resume``; one that never checkpointed starts again. So a
 suite stopped anyhow (Ctrl-C, SIGTERM, a lost node, a closed laptop) finishes the rest when it
 is run again, and a finished suite rerun does no work.
@@ -125,9 +126,22 @@ def start_lines(log_path: Path) -> list[str]:
 
 
 def finished(run_dir: Path, steps: int) -> bool:
+    """Its last evaluation reached ``steps``, and so did its latest checkpoint where it has
+    checkpoints here (a run that failed after its last evaluation, e.g. saving on a full
+    disk, has not finished). A peer's run, and one whose checkpoints stayed on another node
+    or were never committed, has its evaluations only."""
     from offpolicy.plotting import last_eval
+    from offpolicy.training import checkpoint
 
-    return last_eval(run_dir / "eval.csv")[0] >= steps
+    if last_eval(run_dir / "eval.csv")[0] < steps:
+        return False
+    if not (run_dir / "checkpoints").is_dir():
+        return True
+    name = checkpoint.pointer_target(run_dir / "checkpoints", "latest")
+    try:
+        return name is not None and checkpoint.step_of(name) >= steps
+    except (ValueError, IndexError):
+        return False
 
 
 def current_step(run_dir: Path) -> int:

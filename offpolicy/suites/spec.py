@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from offpolicy import registry
-from offpolicy.config import MAX_SEED
+from offpolicy.config import MAX_SEED, load_yaml_text
 from offpolicy.errors import OffpolicyError, did_you_mean
 
 SUITES_DIR = Path(__file__).resolve().parent
@@ -220,7 +220,7 @@ def load(name_or_path: str | Path, allow_peers: bool = False) -> Suite:
     checks the entries against the algorithms and envs."""
     path = find(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml_text(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise OffpolicyError(f"cannot read suite {path}: {' '.join(str(e).split())}") from e
     return parse(data, path, allow_peers)
@@ -342,7 +342,9 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
     threshold = None if threshold is None else _number(path, "threshold", threshold)
     envs_d = d["envs"]
     if isinstance(envs_d, list):
-        envs_d = {_str(path, "envs", e): {} for e in envs_d}
+        names = [_str(path, "envs", e) for e in envs_d]
+        _unique(path, "envs", names)  # merged, each run would count twice
+        envs_d = {e: {} for e in names}
     envs_d = _keys(path, "envs", envs_d, list(envs_d) if isinstance(envs_d, dict) else [])
     if not envs_d:
         raise _err(path, "envs", "no envs")

@@ -12,6 +12,7 @@ the normaliser statistics), the host policy, and a factory of collectors.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -30,6 +31,7 @@ from offpolicy.agents.base import (
     contract,
     discount,
 )
+from offpolicy.config import fields_of
 from offpolicy.envs.make import (
     action_spec,
     frame_stack,
@@ -40,7 +42,7 @@ from offpolicy.envs.make import (
 )
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
-from offpolicy.errors import OffpolicyError
+from offpolicy.errors import OffpolicyError, out_of_memory
 from offpolicy.jax_setup import configure_jax
 from offpolicy.ray_address import check_run_address
 from offpolicy.replay.prioritized import PERSettings
@@ -175,9 +177,43 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
                              frozen=tc.replay_statistics)
     reward_scale = RewardScaler(discount(run.agent), tc.normalize_reward or tc.replay_statistics, k,
                                 frozen=tc.replay_statistics)
-    learner = Learner(agent, contract, replay, tc.batch_size, tc.seed, obs_norm, reward_scale)
+    with fits_in_memory(run):
+        learner = Learner(agent, contract, replay, tc.batch_size, tc.seed, obs_norm,
+                          reward_scale)
     return Parts(run, agent, contract, spec, obs_shape, obs_dtype, replay, learner,
                  HostPolicy(agent.policy, tc.seed + 6, on_default_device=tc.pipeline))
+
+
+# the config fields that size an algorithm's networks (a core's only with a core)
+NETWORK_SIZES = ("hidden", "proposal_hidden", "encoder_size", "num_actors", "core_layers",
+                 "core_cells")
+
+
+@contextlib.contextmanager
+def fits_in_memory(run: registry.RunConfig):
+    """XLA's RESOURCE_EXHAUSTED and NumPy's MemoryError in the block (building the state, the
+    updates) become one line naming the flags that size the networks, and the batch."""
+    try:
+        yield
+    except OffpolicyError:
+        raise
+    except Exception as e:
+        if not out_of_memory(e):
+            raise
+        cfg, section = run.agent, registry.get(run.algo).section
+        names = {f.name for f in fields_of(type(cfg))}
+        sizes = []
+        for name in NETWORK_SIZES:
+            if name not in names or (name.startswith("core_") and cfg.core == "none"):
+                continue
+            v = getattr(cfg, name)
+            sizes.append(f"--{section}.{name.replace('_', '-')} "
+                         + (" ".join(map(str, v)) if isinstance(v, tuple) else str(v)))
+        why = " ".join(str(e).split())
+        raise OffpolicyError(
+            f"out of memory: {run.algo}'s networks or batch do not fit ({', '.join(sizes)}, "
+            f"--batch-size {run.train.batch_size}): shrink them "
+            f"({type(e).__name__}: {why[:160] + '...' if len(why) > 160 else why})") from e
 
 
 def build_agent(run: registry.RunConfig, obs_shape: tuple[int, ...], action_spec: ActionSpec,

@@ -111,11 +111,13 @@ def _pointer_target(ckpt_root: Path, kind: str) -> str:
         return ""
 
 
-def _previous(ckpt_root: Path, kind: str) -> str:
-    """How the error message names the checkpoint that a failed save leaves in place."""
-    name = _pointer_target(ckpt_root, kind)
+def _previous(ckpt_root: Path) -> str:
+    """How the error message names the checkpoint that a failed save leaves to resume from:
+    the latest, whichever kind failed (a ``best`` one may be ahead of it, and is no place
+    to resume)."""
+    name = _pointer_target(ckpt_root, "latest")
     if not name or not (ckpt_root / name / "state.msgpack").exists():
-        return f"there is no earlier {kind} checkpoint"
+        return "there is no earlier checkpoint to resume from"
     try:
         return f"the last good checkpoint (step {int(name.split('-', 1)[1].split('.')[0])}) " \
                f"is kept"
@@ -148,7 +150,7 @@ def save(ckpt_root: Path, kind: str, step: int, state: Any, meta: dict,
         return _save(ckpt_root, kind, step, state, meta, replay, keep)
     except OSError as e:
         raise OffpolicyError(f"cannot write checkpoint to {ckpt_root}: {_one_line(e)}; "
-                             f"{_previous(ckpt_root, kind)}") from e
+                             f"{_previous(ckpt_root)}") from e
 
 
 def pointer_target(ckpt_root: Path, kind: str) -> str | None:

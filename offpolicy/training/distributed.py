@@ -158,14 +158,19 @@ class RayPool:
         self.reaper = None
         if self.started:
             kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+            # the reaper watches from before the first Ray process starts: a kill during
+            # ray.init leaves none behind either
+            self.reaper = None if address else _start_reaper()
             try:
-                with _spawning():
+                with _spawning(), _signals_kept(ray):
                     if address:
                         ray.init(address=address, **kw)
                     else:
                         ray.init(num_cpus=os.cpu_count(), **kw)
-                        self.reaper = _start_reaper()
-            except Exception as e:
+            except BaseException as e:
+                self._stop_reaper()
+                if not isinstance(e, Exception):
+                    raise
                 raise OffpolicyError(f"cannot start Ray{' at ' + address if address else ''}: "
                                      f"{type(e).__name__}: {_one_line(e)}") from e
         # collectors act on the CPU whatever the learner uses; their env modules import as
@@ -205,9 +210,15 @@ class RayPool:
             if self.started:
                 self.ray.shutdown()
         finally:
-            if self.reaper is not None:
-                self.reaper.stdin.close()  # it cleans up what shutdown left, then exits
-                self.reaper.wait(timeout=30)
+            self._stop_reaper()
+
+    def _stop_reaper(self) -> None:
+        """The reaper kills what Ray's shutdown left (its agents outlive the raylet by about
+        a minute), then exits."""
+        if self.reaper is not None:
+            self.reaper.stdin.close()
+            self.reaper.wait(timeout=30)
+            self.reaper = None
 
 
 @contextlib.contextmanager
@@ -219,6 +230,22 @@ def _spawning():
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
                                 category=RuntimeWarning)
         yield
+
+
+@contextlib.contextmanager
+def _signals_kept(ray):
+    """ray.init installs SIGTERM handlers of its own as it goes (the driver's: sys.exit(15); a
+    local node's: kill its processes, sys.exit(1)): a SIGTERM during the seconds it takes
+    ended the run with exit 15 or an abort (134), without a checkpoint and with Ray's agents
+    left running. They are not installed, so the run's handler stays: the run stops once
+    Ray is up, as at any other moment."""
+    utils = ray._private.utils
+    install = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = install
 
 
 def _ray_failure(e: BaseException) -> str:
@@ -240,24 +267,33 @@ def _one_line(e: BaseException | str) -> str:
     return text[:300] + "..." if len(text) > 300 else text
 
 
-# The reaper: a stdlib-only process that notes this process's descendants (the local Ray
-# instance: its raylet, GCS, agents and workers) every second and, once this process is gone
-# (its end of the pipe closes), kills the ones still there. Ray's agents otherwise outlive a
-# killed driver by about a minute.
+# The reaper: a stdlib-only process that notes this process's descendants started since it
+# did (the local Ray instance: its raylet, GCS, agents and workers) four times a second and,
+# once this process is gone or done with Ray (its end of the pipe closes), kills the ones
+# still there, and any process whose environment names one of them as its raylet
+# (RAY_RAYLET_PID): an agent the raylet started since the last look, orphaned when the raylet
+# died with this process. Ray's agents otherwise outlive a killed driver by about a minute.
 _REAPER = r"""
 import os, select, signal, sys
 parent = int(sys.argv[1])
 
-def descendants():
-    children = {}
+def table():
+    out = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 stat = open(f"/proc/{d}/stat").read()
                 fields = stat[stat.rindex(")") + 2:].split()
-                children.setdefault(int(fields[1]), []).append((int(d), fields[19]))
-            except OSError:
+                out[int(d)] = (int(fields[1]), fields[19])
+            except (OSError, ValueError):
                 pass
+    return out
+
+def descendants(procs):
+    children = {}
+    for pid, (ppid, start) in procs.items():
+        if int(start) >= born:  # a child from before Ray started is not Ray's
+            children.setdefault(ppid, []).append((pid, start))
     out, todo = {}, [parent]
     while todo:
         for pid, start in children.get(todo.pop(), []):
@@ -266,19 +302,37 @@ def descendants():
                 todo.append(pid)
     return out
 
+def raylet_of(pid):
+    try:
+        environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    for var in environ:
+        if var.startswith(b"RAY_RAYLET_PID="):
+            try:
+                return int(var[15:])
+            except ValueError:
+                return None
+    return None
+
+born = int(table()[os.getpid()][1])
 seen = {}
 while True:
-    seen.update(descendants())
-    ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+    seen.update(descendants(table()))
+    ready, _, _ = select.select([sys.stdin], [], [], 0.25)
     if ready and not sys.stdin.read(1):
         break
+procs = table()
+seen.update(descendants(procs))
+for pid, (_, start) in procs.items():
+    if pid not in seen and pid != os.getpid() and raylet_of(pid) in seen:
+        seen[pid] = start
 for pid, start in seen.items():
-    try:
-        stat = open(f"/proc/{pid}/stat").read()
-        if stat[stat.rindex(")") + 2:].split()[19] == start:
+    if pid in procs and procs[pid][1] == start:
+        try:
             os.kill(pid, signal.SIGKILL)
-    except (OSError, ValueError):
-        pass
+        except OSError:
+            pass
 """
 
 
@@ -326,30 +380,35 @@ class CollectionStats:
 
 def distributed(run, total: int) -> None:
     """Start ``run.pool_factory``'s collectors, learn from their chunks until step ``total``
-    (exactly: no chunk is asked for that would pass it), stop them."""
+    (exactly: the last chunks are cut to end there), stop them."""
     tc, learner, schedule = run.train_cfg, run.learner, run.schedule
     if run.collection is None:  # their episodes, across this run's learn() calls
         run.collection = CollectionStats(run.episodes)
+    if run.stopping:  # a signal during start-up: no Ray to start and stop again
+        return
     pool = run.pool_factory(run.run)
-    run.signals.reinstall()  # Ray's handlers replaced ours: a SIGTERM must checkpoint
+    run.signals.reinstall()  # in case Ray's handlers replaced ours: a SIGTERM must checkpoint
     k, per = tc.num_envs, registry.chunk_steps(tc)
-    size, step, stats = per * k, run.step, run.collection
+    step, stats = run.step, run.collection
     rings = [np.arange(i * k, (i + 1) * k) for i in range(tc.num_collectors)]
     payload, published = pool.publish(learner.acting_payload()), learner.updates
-    asked: set[int] = set()
+    asked: dict[int, int] = {}  # collector -> the env steps of its chunk in flight
     queue = UnrollQueue(tc.batch_size) if tc.collector_replay else None
 
     def ask(i: int) -> None:
-        if step + (len(asked) + 1) * size <= total and not run.stopping:
-            pool.launch(i, per, payload, step)
-            asked.add(i)
+        # the last chunks are shorter where whole ones would pass ``total``: Agent.learn(n)
+        # takes any multiple of --num-envs (the command line's --steps is whole chunks)
+        n = min(per, (total - step - sum(asked.values())) // k)
+        if n > 0 and not run.stopping:
+            pool.launch(i, n, payload, step)
+            asked[i] = n * k
 
     try:
         for i in range(tc.num_collectors):
             ask(i)
         while asked:
             i, chunk = pool.next()
-            asked.discard(i)
+            size = asked.pop(i)
             if isinstance(chunk, CollectorFailure):
                 _restart(run, pool, i, rings[i], chunk, stats)
                 ask(i)

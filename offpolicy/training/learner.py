@@ -117,6 +117,9 @@ class Learner:
         # distinct buffers for every leaf (targets start as copies), as donation requires
         self.state = jax.tree_util.tree_map(jnp.array,
                                             jax.jit(agent.init)(jax.random.PRNGKey(seed)))
+        # a state too big for memory fails here, where the build names the network's flags,
+        # not at the first use of its parameters
+        jax.block_until_ready(self.state)
         self.update_key = jax.random.PRNGKey(seed + 4)
         self.act_key = jax.random.PRNGKey(seed + 5)
         self.data = agent.data

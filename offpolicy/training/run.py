@@ -21,7 +21,7 @@ from offpolicy import registry
 from offpolicy.errors import OffpolicyError
 from offpolicy.plotting import last_eval, plot_run
 from offpolicy.training import loops, resume
-from offpolicy.training.build import build
+from offpolicy.training.build import build, fits_in_memory
 from offpolicy.training.collector import Collector
 from offpolicy.training.distributed import COLUMNS, RayPool
 from offpolicy.training.evaluation import EVAL_SEED_OFFSET, Evaluator, greedy_actions
@@ -194,7 +194,10 @@ class Run:
         with self.signals:
             status = self._train(total, final_eval)
         if self.run_dir is not None and status == "completed" and self._last_eval()[0] >= 0:
-            plot_run(self.run_dir)  # a run without any evaluation has no curve to draw
+            try:  # a run without any evaluation has no curve to draw
+                plot_run(self.run_dir)
+            except OSError as e:  # a full disk: the checkpoints and logs are whole
+                raise OffpolicyError(f"cannot write {self.run_dir / 'curve.png'}: {e}") from e
         return {"status": status, "signal": self.signals.received, "step": self.step,
                 "final_return": self._last_eval()[1], "best_return": self.best_return,
                 "run_dir": None if self.run_dir is None else str(self.run_dir),
@@ -204,12 +207,13 @@ class Run:
     def _train(self, total: int, final_eval: bool) -> str:
         status = "completed"
         try:
-            if self.step < total:
-                self._loop(total)
-            if self.stopping:
-                status = "interrupted"
-            elif final_eval and self._last_eval()[0] != self.step:
-                self._do_eval()
+            with fits_in_memory(self.run):  # the first update is where activations show
+                if self.step < total:
+                    self._loop(total)
+                if self.stopping:
+                    status = "interrupted"
+                elif final_eval and self._last_eval()[0] != self.step:
+                    self._do_eval()
             if (self.dir is not None and (status == "interrupted" or self.step >= total)
                     and self._last_ckpt_step != self.step):
                 self.save_checkpoint("latest")

@@ -452,17 +452,17 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
     return RunConfig(algo, train, agent, preset)
 
 
-def _check_core_fields(agent: Any, spec: Algorithm, given: set[str]) -> None:
+def _check_core_fields(cfg: Any, spec: Algorithm, given: set[str]) -> None:
     """A recurrent core's fields set (by file or flag, to other than their defaults) without
     a core do nothing: refused, rather than recorded in config.yaml as if they applied."""
-    if not isinstance(agent, C.CoreFields) or agent.core != "none":
+    if not isinstance(cfg, C.CoreFields) or cfg.core != "none":
         return
     defaults = spec.config_cls()
     for f in C.fields_of(C.CoreFields):
         if (f.name != "core" and {f.name, f.name.replace("_", "-")} & given
-                and getattr(agent, f.name) != getattr(defaults, f.name)):
+                and getattr(cfg, f.name) != getattr(defaults, f.name)):
             flag = f"--{spec.section}.{f.name.replace('_', '-')}"
-            raise OffpolicyError(f"{flag} {getattr(agent, f.name)} applies to a recurrent core, "
+            raise OffpolicyError(f"{flag} {getattr(cfg, f.name)} applies to a recurrent core, "
                                  f"and this {spec.name} has none: give --{spec.section}.core "
                                  "lstm or gru, or leave it out")
 

@@ -175,11 +175,9 @@ class Run:
     # ------------------------------------------------------------------ training
     def train(self, until: int | None = None, final_eval: bool = True) -> dict[str, Any]:
         """Train until env step ``until`` (default: ``train.steps``), then evaluate (unless
-        ``final_eval`` is False or that step was just evaluated). Returns a summary with
-        ``status`` 'completed' or 'interrupted', the ``signal`` that stopped it, the ``step``,
-        the final and best returns, the ``run_dir`` (None without one), the newest evaluation
-        row (``eval``, None before any) and the newest train.csv row (``train``: losses and
-        diagnostics of the last logging interval, None before any)."""
+        ``final_eval`` is False or that step was just evaluated). Returns a summary: ``status``
+        'completed' or 'interrupted', the ``signal``, ``step``, final and best returns,
+        ``run_dir`` and the newest ``eval`` and ``train`` rows (each None before any)."""
         tc = self.train_cfg
         if self.dir is not None:
             self.dir.check()

@@ -198,9 +198,8 @@ class Run:
                 raise OffpolicyError(f"cannot write {self.run_dir / 'curve.png'}: {e}") from e
         return {"status": status, "signal": self.signals.received, "step": self.step,
                 "final_return": self._last_eval()[1], "best_return": self.best_return,
-                "run_dir": None if self.run_dir is None else str(self.run_dir),
-                "eval": dict(self.eval_history[-1]) if self.eval_history else None,
-                "train": self._logger.last_train}
+                "run_dir": self.run_dir and str(self.run_dir), "train": self._logger.last_train,
+                "eval": dict(self.eval_history[-1]) if self.eval_history else None}
 
     def _train(self, total: int, final_eval: bool) -> str:
         status = "completed"

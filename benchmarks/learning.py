@@ -153,6 +153,11 @@ SUITES = {
     # (--env Pendulum-v1 --steps 20000), aql-c2 (CartPole-v1, 100000), acer-c2 (CartPole-v1,
     # 300000), vracer-c2 (InvertedPendulum-v5, 100000)
     "distributed": ["ddpg-c2", "aql-c2", "acer-c2", "vracer-c2"],
+    # issue 72 (8): our DQN with its defaults (SB3's) against SB3's DQN with its own, and our
+    # classic-control preset (--preset classic: the rl-zoo's tuned Acrobot-v1 setting),
+    # --env Acrobot-v1 --steps 100000, seeds 0-4. Run the peer with OMP_NUM_THREADS=1 on a
+    # busy 2-core machine: torch's second thread made SB3 14x slower here
+    "dqn-acrobot": ["dqn", "sb3-dqn", "dqn-classic"],
 }
 
 # train.csv diagnostics plotted (log scale) and averaged per entry for these suites
@@ -176,7 +181,9 @@ SUITE_THRESHOLDS = {("acer-replay", "CartPole-v1"): 475.0,
                     ("acer-peers", "CartPole-v1"): 475.0,
                     # DDPG parity: a run that walks (HalfCheetah) or hops (Hopper) steadily
                     ("ddpg-parity", "HalfCheetah-v5"): 1000.0,
-                    ("ddpg-parity", "Hopper-v5"): 1000.0}
+                    ("ddpg-parity", "Hopper-v5"): 1000.0,
+                    # Gymnasium's reward_threshold for Acrobot-v1
+                    ("dqn-acrobot", "Acrobot-v1"): -100.0}
 
 
 # flags every run of ours in a suite gets, before the entry's own (which win). The ReF-ER
@@ -211,6 +218,7 @@ VARIANTS = {
     "ddpg-torch-init": ("ddpg", ["--ddpg.init", "torch"]),
     "ddpg-gaussian": ("ddpg", ["--ddpg.noise", "gaussian"]),
     "ddpg-fast": ("ddpg", ["--preset", "fast"]),
+    "dqn-classic": ("dqn", ["--preset", "classic"]),
     "ddpg-c2": ("ddpg", ["--num-collectors", "2"]),
     "aql-c2": ("aql", ["--num-collectors", "2"]),
     "acer-c2": ("acer", ["--num-collectors", "2"]),
@@ -319,6 +327,7 @@ SUITE_COMPARISONS = {
                  ("ddpg-refer-appa", "ddpg-er-appa"), ("ddpg-refer-appa", "ddpg-refer"),
                  ("ddpg-er-appa", "ddpg-er"), ("ddpg-refer-farpol", "ddpg-refer", "paired"),
                  ("ddpg-refer-farpol", "ddpg-er")],
+    "dqn-acrobot": [("dqn", "sb3-dqn"), ("dqn-classic", "sb3-dqn"), ("dqn-classic", "dqn")],
     "ace-separate": [("ace", "ddpg"), ("ace", "ddpg-fast"), ("ace-alt", "ddpg"),
                      ("tm-ace", "ddpg"), ("ensemble-ddpg", "ddpg"), ("ace", "ensemble-ddpg")],
     "refer": [("ddpg-refer", "ddpg-er"), ("naf-refer", "naf"), ("vracer", "vracer-er"),

@@ -1,6 +1,7 @@
-"""Our TD3 and SAC updates against SB3's (TD3: and SBX's), update by update, from the same weights.
+"""Our TD3, SAC and DQN updates against SB3's (TD3: and SBX's), update by update, from the same
+weights.
 
-    .venv-bench/bin/python benchmarks/update_parity.py [--algo td3|sac|td3-sbx] [--updates 20]
+    .venv-bench/bin/python benchmarks/update_parity.py [--algo td3|sac|td3-sbx|dqn] [--updates 20]
         [--out-dir DIR]
 
 Run in the bench venv (``make bench-venv``: SB3 and torch) with this checkout on the path (the
@@ -433,7 +434,88 @@ def compare_td3_sbx(dtype: str, updates: int, seed: int, critic_eps: float = 2e-
                     sample_of, "critic_loss_sbx_x2", 2.0)
 
 
-COMPARE = {"td3": compare_td3, "sac": compare_sac, "td3-sbx": compare_td3_sbx}
+DQN_OBS, DQN_ACTIONS, DQN_BATCH = 6, 3, 32  # Acrobot-v1, SB3's DQN batch
+DQN_TARGET_EVERY = 5  # the parity run's target cadence (both sides; the defaults' is 2 500)
+
+
+def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
+    """Rows of per-update differences between our DQN (its defaults: SB3's) and SB3's
+    (peers.BASELINES["dqn"]) computing in ``dtype``, both from SB3's initial weights, on random
+    Acrobot-v1-shaped batches (a quarter terminal); the target network is copied every
+    DQN_TARGET_EVERY updates on both sides (SB3: its ``_on_step`` once per update, with
+    ``target_update_interval`` DQN_TARGET_EVERY), so that the copy is compared too."""
+    import gymnasium as gym
+    import jax
+    import jax.numpy as jnp
+    import torch
+    from peers import BASELINES, make_baseline
+    from stable_baselines3.common.logger import configure
+
+    torch.manual_seed(seed)
+    model = make_baseline("sb3", "dqn", gym.make("Acrobot-v1"), BASELINES["dqn"], warmup=100,
+                          seed=seed)
+    model.set_logger(configure(None, []))
+    model.target_update_interval = DQN_TARGET_EVERY
+    model._current_progress_remaining = 1.0
+    np_dtype = precision(dtype, (model.q_net, model.q_net_target))
+    agent = ours_agent("Acrobot-v1", "dqn", target_update_every=DQN_TARGET_EVERY)
+    assert agent.config.lr == model.learning_rate and agent.config.max_grad_norm == \
+        model.max_grad_norm, "the defaults are no longer SB3's"
+    state = agent.init(jax.random.PRNGKey(seed))
+
+    def theirs(net) -> dict:  # SB3's Q network: our torso's MLP, then the linear head
+        layers = [linear(m) for m in net.q_net if hasattr(m, "weight")]
+        tpl = state["params"]
+        (w, b) = layers[-1]
+        assert w.shape == tpl["Dense_0"]["kernel"].shape, (w.shape, "the head")
+        return {"Torso_0": mlp_to_ours(layers[:-1], tpl["Torso_0"]),
+                "Dense_0": {"kernel": w, "bias": b}}
+
+    params = theirs(model.q_net)
+    state = cast({**state, "params": params, "target": theirs(model.q_net_target),
+                  "opt": agent.opt.init(params)}, np_dtype)
+    update = jax.jit(agent.update)
+    norms: list[float] = []  # the gradient norm SB3 clips (at max_grad_norm 10)
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def recording_clip(parameters, max_norm, *args, **kwargs):
+        norm = clip(parameters, max_norm, *args, **kwargs)
+        norms.append(float(norm))
+        return norm
+
+    torch.nn.utils.clip_grad_norm_ = recording_clip
+    rng = np.random.default_rng(seed)
+    rows = []
+    p0 = jax.tree_util.tree_map(np.asarray, state["params"])
+    for i in range(1, updates + 1):
+        done = (rng.random(DQN_BATCH) < 0.25).astype(np_dtype)
+        scale = 1.0 if i % 2 else 30.0  # every second batch: a gradient norm past the clip
+        b = {"obs": scale * rng.normal(size=(DQN_BATCH, DQN_OBS)).astype(np_dtype),
+             "action": rng.integers(0, DQN_ACTIONS, (DQN_BATCH, 1)).astype(np_dtype),
+             "reward": -rng.random(DQN_BATCH).astype(np_dtype) * 4,
+             "next_obs": rng.normal(size=(DQN_BATCH, DQN_OBS)).astype(np_dtype),
+             "discount": 1.0 - done}
+        sample = sb3_samples(b)._replace(actions=torch.as_tensor(b["action"]).long())
+        model.replay_buffer.sample = lambda batch_size, env=None, s=sample: s
+        norms.clear()
+        model.train(gradient_steps=1, batch_size=DQN_BATCH)
+        model._on_step()  # the target copy, every DQN_TARGET_EVERY calls
+        sb3_loss = float(model.logger.name_to_value["train/loss"])
+        state, metrics, _ = update(state, {k: jnp.asarray(v) for k, v in b.items()},
+                                   jax.random.PRNGKey(i))
+        row = {"dtype": dtype, "update": i, "loss_ours": float(metrics["loss"]),
+               "loss_sb3": sb3_loss, "grad_norm_sb3": norms[0],
+               "q_moved": diff(state["params"], p0)[0]}
+        for name, part, net in (("q", "params", model.q_net),
+                                ("q_target", "target", model.q_net_target)):
+            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part], theirs(net))
+        rows.append(row)
+    torch.nn.utils.clip_grad_norm_ = clip
+    return rows
+
+
+COMPARE = {"td3": compare_td3, "sac": compare_sac, "td3-sbx": compare_td3_sbx,
+           "dqn": compare_dqn}
 
 
 def main() -> int:

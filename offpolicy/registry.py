@@ -236,6 +236,18 @@ _DQN_PRESETS = {
 # seed of three at 500); docs/algorithms/dqn.md
 _DQN_PRESETS["cartpole"] = {**_DQN_PRESETS["zoo-cartpole"], "double": True,
                             "target_update_every": 500}
+# "classic": the rl-zoo's tuned Acrobot-v1 setting, also its LunarLander one (lr 6.3e-4, batch
+# 128, replay 50 000, 256-256, learning from the start: here from the first full batch,
+# epsilon 1 -> 0.1 over 12 000 steps = 12% of its 100k, the target copied every 250 env steps);
+# its 4 gradient steps every 4 env steps become one update per env step, so the target is
+# copied every 250 updates. The defaults (SB3's) copy the target every 10 000 env steps, ten
+# times in a 100k-step run, and Q-learning's horizon grows by one step per copy: on Acrobot-v1
+# (about 80 steps to the goal) neither they nor SB3's own DQN learn in 100k steps.
+# docs/algorithms/dqn.md
+_DQN_PRESETS["classic"] = {"lr": 6.3e-4, "hidden": (256, 256), "target_update_every": 250,
+                           "epsilon_end": 0.1, "epsilon_decay_steps": 12_000,
+                           "train": {"batch_size": 128, "updates_per_step": 1.0,
+                                     "warmup_steps": 0, "buffer_size": 50_000}}
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in [
     Algorithm("ddpg", "ddpg", C.DDPGConfig, "offpolicy.agents.ddpg:DDPG", _CONT,

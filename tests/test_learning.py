@@ -9,7 +9,9 @@ V-RACER on InvertedPendulum-v5 (100k steps, >= 900). ACER: CartPole-v1 in the de
 (slow): CartPole-v1 300k steps >= 475, InvertedPendulum-v5 200k steps >= 900. AQL with
 `--preset small` on CartPole-v1 (30k steps, >= 195; about a minute), and the issue's budgets
 on the defaults (slow): CartPole-v1 100k steps >= 475, Pendulum-v1 --discretize 5 50k steps
->= -200.
+>= -200. DQN's classic-control preset (slow, issue 72): `offpolicy train dqn --env Acrobot-v1
+--preset classic` reaches Gymnasium's threshold, -100, by 40k steps (seed 0: -87.2 there,
+-75.5 at 100k; about 5 minutes on a busy 2-core machine).
 """
 
 import pytest
@@ -90,3 +92,15 @@ def test_aql_defaults_reach_cartpole_475(tmp_path):
 def test_aql_defaults_learn_discretized_pendulum(tmp_path):
     summary = train_pendulum(tmp_path, "aql", steps=50_000, train={"discretize": 5})
     assert summary["final_return"] >= -200, summary
+
+
+@pytest.mark.slow
+def test_dqn_classic_preset_learns_acrobot(tmp_path):
+    from offpolicy import cli
+
+    run_dir = tmp_path / "dqn-classic"
+    assert cli.main(["train", "dqn", "--env", "Acrobot-v1", "--preset", "classic", "--steps",
+                     "40000", "--seed", "0", "--eval-every", "10000", "--eval-episodes", "10",
+                     "--run-dir", str(run_dir), "--quiet"]) == 0
+    final = float((run_dir / "eval.csv").read_text().splitlines()[-1].split(",")[1])
+    assert final >= -100, final

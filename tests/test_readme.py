@@ -159,7 +159,7 @@ def test_readme_command_line_block_runs_in_order(tmp_path):
     runs = tmp_path / "runs"
     # the README names these directories
     for name in ("ddpg-HalfCheetah-v5-s0", "ddpg-HalfCheetah-v5-fast-s0",
-                 "ace-HalfCheetah-v5-num-actors10-plan-depth1-s0",
+                 "ace-HalfCheetah-v5-num-actors10-s0",
                  "ddpg-HalfCheetah-v5-num-envs4-s0", "naf-Pendulum-v1-per-s0", "ace-d2"):
         assert (runs / name / "config.yaml").exists(), sorted(p.name for p in runs.iterdir())
     resumed = (runs / "ddpg-HalfCheetah-v5-s0" / "eval.csv").read_text().splitlines()

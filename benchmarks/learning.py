@@ -155,8 +155,7 @@ SUITES = {
     "distributed": ["ddpg-c2", "aql-c2", "acer-c2", "vracer-c2"],
     # issue 72 (8): our DQN with its defaults (SB3's) against SB3's DQN with its own, and our
     # classic-control preset (--preset classic: the rl-zoo's tuned Acrobot-v1 setting),
-    # --env Acrobot-v1 --steps 100000, seeds 0-4. Run the peer with OMP_NUM_THREADS=1 on a
-    # busy 2-core machine: torch's second thread made SB3 14x slower here
+    # --env Acrobot-v1 --steps 100000, seeds 0-4 (docs/algorithms/dqn.md, Results)
     "dqn-acrobot": ["dqn", "sb3-dqn", "dqn-classic"],
 }
 

@@ -58,6 +58,16 @@ RUNS: dict[str, list[str]] = {
                       "32", "32"],
     "aql-cartpole": ["aql", "--env", "CartPole-v1", "--steps", "1000", *_AQL],
     "aql-platform": ["aql", "--env", "offpolicy/Platform-v0", "--steps", "1000", *_AQL],
+    # added before issue #70 (replay as a table, typed agent state) by the code it restructures
+    "td3": ["td3", "--env", "Pendulum-v1", "--steps", "1000", "--td3.hidden", "32", "32",
+            "--batch-size", "16", "--warmup-steps", "200"],
+    "td3-lstm": ["td3", "--env", "offpolicy/Pendulum-P-v0", "--steps", "600", "--td3.hidden",
+                 "16", "16", "--batch-size", "8", "--warmup-steps", "200", "--td3.core", "lstm",
+                 "--td3.core-cells", "8", "--td3.core-window", "4"],
+    "sac": ["sac", "--env", "Pendulum-v1", "--steps", "1000", "--sac.hidden", "32", "32",
+            "--batch-size", "16", "--warmup-steps", "200"],
+    "dqn": ["dqn", "--env", "CartPole-v1", "--steps", "1000", "--dqn.hidden", "32", "32",
+            "--batch-size", "16", "--warmup-steps", "200"],
 }
 # killed with SIGKILL once its checkpoint of step KILL_AT is written, then resumed to the end
 RESUMED = {"ddpg-killed-resumed": ([*_DDPG, "--checkpoint-every", "400"], 400)}
@@ -148,6 +158,53 @@ def write_rows(path: Path, rows: list[dict[str, str]]) -> None:
 
 NAMES = [*RUNS, *RESUMED]
 
+# Run directories written by the code before issue #70 (replay as a table, typed agent state),
+# stopped at their checkpoint of step 400 (replay file included): tests/golden/before-70/NAME
+# must resume to step 600 with any later code. Recorded once, by
+#     python tests/golden_runs.py --checkpoints
+_SMALL = ["--steps", "400", "--checkpoint-every", "400", "--eval-every", "200",
+          "--eval-episodes", "2", "--log-every", "100", "--seed", "0", "--quiet",
+          "--buffer-size", "2000"]
+CHECKPOINTED: dict[str, list[str]] = {
+    "ddpg-refer": ["ddpg", "--env", "Pendulum-v1", "--ddpg.hidden", "16", "16",
+                   "--batch-size", "16", "--replay", "refer"],
+    "ddpg-per": ["ddpg", "--env", "Pendulum-v1", "--ddpg.hidden", "16", "16",
+                 "--batch-size", "16", "--replay", "per"],
+    "td3": ["td3", "--env", "Pendulum-v1", "--td3.hidden", "16", "16", "--batch-size", "16",
+            "--warmup-steps", "100"],
+    "td3-lstm": ["td3", "--env", "offpolicy/Pendulum-P-v0", "--td3.hidden", "16", "16",
+                 "--batch-size", "8", "--warmup-steps", "100", "--td3.core", "lstm",
+                 "--td3.core-cells", "8", "--td3.core-window", "4"],
+    "sac": ["sac", "--env", "Pendulum-v1", "--sac.hidden", "16", "16", "--batch-size", "16",
+            "--warmup-steps", "100"],
+    "dqn": ["dqn", "--env", "CartPole-v1", "--dqn.hidden", "16", "16", "--batch-size", "16",
+            "--warmup-steps", "100"],
+    "naf": ["naf", "--env", "Pendulum-v1", "--naf.hidden", "16", "16", "--batch-size", "16",
+            "--replay", "refer"],
+    "vracer": ["vracer", "--env", "InvertedPendulum-v5", "--vracer.hidden", "16", "16",
+               "--batch-size", "16"],
+    "acer": ["acer", "--env", "CartPole-v1", "--acer.hidden", "16", "16"],
+    "aql": ["aql", "--env", "CartPole-v1", *_AQL],
+    "ace": ["ace", "--env", "Pendulum-v1", "--batch-size", "16", *_ACE],
+}
+BEFORE_70 = GOLDEN / "before-70"
+
+
+def record_checkpointed(names: list[str]) -> None:
+    env = cli_env_for_golden()
+    BEFORE_70.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        out = BEFORE_70 / name
+        shutil.rmtree(out, ignore_errors=True)
+        p = _cli([*CHECKPOINTED[name], *_SMALL, "--run-dir", str(out)], HERE, env)
+        _, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"checkpointed run {name} failed:\n{err}")
+        for best in (out / "checkpoints").glob("best*"):  # resuming reads latest only
+            shutil.rmtree(best) if best.is_dir() else best.unlink()
+        print(f"{name}: {sum(f.stat().st_size for f in out.rglob('*') if f.is_file())} bytes",
+              flush=True)
+
 
 def cli_env_for_golden() -> dict:
     """The CLI's environment: the tests' JAX cache (see _helpers), default XLA flags."""
@@ -173,6 +230,10 @@ def record(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--checkpoints"]:
+        sys.path.insert(0, str(HERE))
+        record_checkpointed(sys.argv[2:] or list(CHECKPOINTED))
+        sys.exit(0)
     wanted = sys.argv[1:] or NAMES
     unknown = set(wanted) - set(NAMES)
     if unknown:

@@ -10,7 +10,16 @@ import shutil
 
 import pytest
 from _helpers import read_csv, run_cli
-from golden_runs import GOLDEN, NAMES, cli_env_for_golden, fingerprint, produce, read_rows
+from golden_runs import (
+    BEFORE_70,
+    CHECKPOINTED,
+    GOLDEN,
+    NAMES,
+    cli_env_for_golden,
+    fingerprint,
+    produce,
+    read_rows,
+)
 
 RECORDED = json.loads((GOLDEN / "fingerprint.json").read_text())
 
@@ -65,4 +74,19 @@ def test_a_run_checkpointed_before_the_restructuring_resumes(tmp_path):
     assert p.returncode == 0, p.stderr
     assert [int(r["step"]) for r in read_csv(tmp_path / "R" / "eval.csv")] == [200, 400, 600]
     ev = run_cli("eval", "R", "--episodes", "2", cwd=tmp_path)
+    assert ev.returncode == 0 and "step 600" in ev.stdout, ev.stderr
+
+
+@pytest.mark.parametrize("name", list(CHECKPOINTED))
+def test_a_run_checkpointed_before_issue_70_resumes(tmp_path, name):
+    """tests/golden/before-70/NAME: a run of every agent written by the code before replay
+    became a table and agent state became typed (issue #70), stopped at its checkpoint of step
+    400 with its replay file; it resumes to step 600 and evaluates."""
+    shutil.copytree(BEFORE_70 / name, tmp_path / "R")
+    p = run_cli("train", CHECKPOINTED[name][0], "--run-dir", "R", "--resume", "--steps", "600",
+                cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "from step 400" in p.stderr + p.stdout
+    assert [int(r["step"]) for r in read_csv(tmp_path / "R" / "eval.csv")] == [200, 400, 600]
+    ev = run_cli("eval", "R", "--episodes", "1", cwd=tmp_path)
     assert ev.returncode == 0 and "step 600" in ev.stdout, ev.stderr

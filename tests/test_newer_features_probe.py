@@ -3,6 +3,7 @@ fix."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import shutil
 
@@ -239,6 +240,12 @@ def test_an_unknown_metric_is_refused(tmp_path, capsys):
     with pytest.raises(OffpolicyError, match="--metric: no run's train.csv has a column 'x'"):
         write_report(suite, runs, tmp_path / "out", "r", "cmd", ["kl_mu_pi", "x"])
     assert "kl_mu_pi" in write_report(suite, runs, tmp_path / "out", "r", "cmd", ["kl_mu_pi"])
+    # a selection (--entries ddpg) of a suite whose metric another entry logs: a note, a report
+    (tmp_path / "naf" / "s0" / "train.csv").unlink()
+    suite = dataclasses.replace(suite, metrics=("kl_mu_pi",))
+    ddpg_only = [r for r in runs if r.entry.name == "ddpg"]
+    assert write_report(suite, ddpg_only, tmp_path / "out", "r", "cmd")
+    assert "not logged: naf" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- item 7

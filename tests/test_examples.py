@@ -1,10 +1,10 @@
 """The examples of the README and the docs run as written (issue #32, acceptance 3), with small
 budgets substituted for the long ones (tests/doc_snippets.py).
 
-Every block marked ``<!-- runnable -->`` in docs/ runs, and the README's Python API block; each
-page's blocks in order in one empty folder, all of them in ONE subprocess (one interpreter and
-one JAX start). Every algorithm page has at least one such example, so no page's example can
-rot unnoticed."""
+Every block marked ``<!-- runnable -->`` in docs/ runs, and the README's Quick start Python
+block; each page's blocks in order in one empty folder, all of them in ONE subprocess (one
+interpreter and one JAX start). Every algorithm page has at least one such example, so no
+page's example can rot unnoticed."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ DOCS = ROOT / "docs"
 
 
 def _readme_api_block() -> str:
-    text = (ROOT / "README.md").read_text().split("## The Python API", 1)[1]
+    text = (ROOT / "README.md").read_text().split("## Quick start", 1)[1]
     return re.findall(r"```python\n(.*?)```", text, re.S)[0]
 
 

@@ -1,6 +1,9 @@
-"""The README's command-line block, run as a new user runs it: every line in order, in one
-folder, as a subprocess, with small budgets substituted for the long ones (issue #38,
-acceptance 2). ``tensorboard --logdir runs`` is started and asked for the scalars it serves."""
+"""The command lines a new user copies, run as a new user runs them: the README's Quick start
+block and the tour of the command line (docs/guides/tour.md), which holds every README line
+in the README's order, run line by line in order, in one folder, as subprocesses, with small
+budgets substituted for the long ones (issue #38, acceptance 2; issue #69: the README became a
+product page and its long block moved to the tour). ``tensorboard --logdir runs`` is started
+and asked for the scalars it serves."""
 
 from __future__ import annotations
 
@@ -37,14 +40,24 @@ SMALL_ACE = {"--warmup-steps": "380"}
 SMALL_BENCH = {"--bench-steps": "10", "--bench-warmup": "70", "--rounds": "1"}
 
 
-def readme_commands() -> list[list[str]]:
-    """The argv of each line of the first ```bash block under '## The command line'."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## The command line", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert block, "README: no ```bash block under '## The command line'"
+def _bash_block(text: str, heading: str, where: str) -> list[list[str]]:
+    """The argv of each line of the first ```bash block after ``heading`` in ``text``."""
+    assert heading in text, f"{where}: no {heading!r}"
+    block = re.search(r"```bash\n(.*?)```", text.split(heading, 1)[1], re.S)
+    assert block, f"{where}: no ```bash block under {heading!r}"
     return [shlex.split(line, comments=True) for line in block.group(1).splitlines()
             if shlex.split(line, comments=True)]
+
+
+def quick_start_commands() -> list[list[str]]:
+    """The README's shell lines: the ```bash block under '## Quick start'."""
+    return _bash_block((ROOT / "README.md").read_text(), "## Quick start", "README.md")
+
+
+def readme_commands() -> list[list[str]]:
+    """The tour's block (docs/guides/tour.md): what the test runs."""
+    return _bash_block((ROOT / "docs" / "guides" / "tour.md").read_text(),
+                       "# A tour of the command line", "docs/guides/tour.md")
 
 
 def _set(argv: list[str], values: dict[str, str]) -> list[str]:
@@ -79,6 +92,16 @@ def small(argv: list[str]) -> list[str]:
         argv = _set(argv, {"--steps": "400", "--seeds": "0", "--entries": first})
         return _set(argv, {"--jobs": "1"}) if rest[1] == "run" else argv
     return argv
+
+
+def test_the_readme_lines_are_the_tours_first_ones_in_order():
+    """Running the tour runs every README line, in the README's order, with nothing of the
+    tour's before them that they could depend on but the lines the README shows too."""
+    readme, tour = quick_start_commands(), readme_commands()
+    assert len(readme) >= 3 and readme[0][:2] == ["offpolicy", "train"]
+    at = [tour.index(argv) for argv in readme]  # ValueError: a README line not in the tour
+    assert at == sorted(at), "the tour runs the README's lines in another order"
+    assert tour[:2] == readme[:2], "the tour starts with the README's first run and its eval"
 
 
 def test_readme_block_parses_into_known_commands():
@@ -158,7 +181,7 @@ def test_readme_command_line_block_runs_in_order(tmp_path):
         assert "Traceback" not in proc.stderr, proc.stderr
     runs = tmp_path / "runs"
     # the README names these directories
-    for name in ("ddpg-HalfCheetah-v5-s0", "ddpg-HalfCheetah-v5-fast-s0",
+    for name in ("td3-Pendulum-v1-s0", "ddpg-HalfCheetah-v5-s0", "ddpg-HalfCheetah-v5-fast-s0",
                  "ace-HalfCheetah-v5-num-actors10-s0",
                  "ddpg-HalfCheetah-v5-num-envs4-s0", "naf-Pendulum-v1-per-s0", "ace-d2"):
         assert (runs / name / "config.yaml").exists(), sorted(p.name for p in runs.iterdir())

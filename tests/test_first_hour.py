@@ -68,9 +68,11 @@ def test_flags_an_algorithm_does_not_take_are_refused(tmp_path, algo, flags, con
 
 @pytest.mark.parametrize("args, name", [
     (["ace", "--ace.num-actors", "10"], "ace-Pendulum-v1-num-actors10-s0"),
-    (["ddpg", "--replay", "refer"], "ddpg-Pendulum-v1-refer-s0"),  # its derived memory: not
+    (["ddpg", "--replay", "refer"], "ddpg-Pendulum-v1-replay-refer-s0"),  # its derived memory: not
     (["ddpg", "--replay", "refer", "--buffer-size", "1000"],
-     "ddpg-Pendulum-v1-refer-buffer-size1000-s0"),
+     "ddpg-Pendulum-v1-replay-refer-buffer-size1000-s0"),
+    (["ddpg", "--preset", "refer"], "ddpg-Pendulum-v1-refer-s0"),  # not --replay refer's name
+    (["naf", "--replay", "refer"], "naf-Pendulum-v1-refer-s0"),  # NAF has no preset 'refer'
     (["sac", "--sac.hidden", "64", "64", "--batch-size", "32"],
      "sac-Pendulum-v1-batch-size32-hidden64x64-s0"),
     (["ddpg", "--preset", "smarties", "--replay", "er"], "ddpg-Pendulum-v1-smarties-er-s0"),

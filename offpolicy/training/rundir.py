@@ -66,7 +66,11 @@ def name_flags(run: registry.RunConfig) -> list[str]:
     # a choice of its own
     derived = {"env": tc.env, "replay": tc.replay, "steps": tc.steps, "num_envs": tc.num_envs}
     base = registry.resolve(run.algo, preset=run.preset, train_overrides=derived)
-    out = [tc.replay] if tc.replay != plain.train.replay else []
+    # the replay's name, unless a preset of the algorithm has that name (DDPG's `refer`):
+    # `--replay refer` and `--preset refer` must not share a run name
+    replay = (tc.replay if tc.replay not in registry.get(run.algo).presets
+              else f"replay-{tc.replay}")
+    out = [replay] if tc.replay != plain.train.replay else []
     if tc.num_envs != plain.train.num_envs:
         out.append(_token("num_envs", tc.num_envs))
     for cfg, ref in ((tc, base.train), (run.agent, base.agent)):

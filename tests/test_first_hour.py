@@ -125,6 +125,22 @@ def test_a_finished_run_directory_keeps_no_lock_file(tmp_path):
     assert (tmp_path / "r" / "eval.csv").exists()
 
 
+def test_a_python_session_that_ends_with_an_agent_alive_exits_quietly(tmp_path):
+    """An agent made with a run directory and still referenced when the interpreter exits:
+    its lock was released by ``__del__`` after the module's globals were gone, printing
+    "Exception ignored in RunDirLock.__del__ ... AttributeError" to every notebook user."""
+    code = ("import offpolicy\n"
+            "agent = offpolicy.make('ddpg', env='Pendulum-v1', run_dir='r', seed=0, steps=100,\n"
+            "    eval_every=100, eval_episodes=1, hidden=(8, 8), batch_size=8, warmup_steps=20,\n"
+            "    quiet=True)\n"
+            "agent.learn(100)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "r" / ".lock").exists()
+
+
 def test_a_second_lock_of_a_directory_in_use_is_refused_and_the_file_goes_with_the_first(
         tmp_path):
     from offpolicy.errors import OffpolicyError

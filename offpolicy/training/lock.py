@@ -14,6 +14,7 @@ notebook that resumes a run whose agent is still referenced): the older one is t
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 from pathlib import Path
@@ -83,7 +84,7 @@ class RunDirLock:
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            if _HELD.get(self.key) is self:
+            if _HELD is not None and _HELD.get(self.key) is self:
                 del _HELD[self.key]
             path = self.run_dir / LOCK_FILE
             try:  # removed while still locked: a run that opened it meanwhile takes a new one
@@ -95,6 +96,14 @@ class RunDirLock:
 
     def __del__(self):
         self.release()
+
+
+@atexit.register
+def _release_all() -> None:
+    """At interpreter exit, before module globals go: release what this process still holds
+    (a Python session's agents), so no lock file stays and no ``__del__`` runs late."""
+    for lock in list(_HELD.values()):
+        lock.release()
 
 
 def _read_pid(fd: int) -> int | None:

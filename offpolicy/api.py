@@ -149,6 +149,7 @@ def load(path: str | Path, which: str = "latest") -> Agent:
         raise OffpolicyError(f"corrupt checkpoint {ckpt}: meta.json has no config")
     run = registry.RunConfig.from_dict(meta["config"], where=str(ckpt / "meta.json"))
     run.train.quiet = True
+    run.train.wandb_project = ""  # an agent loaded to act (or learn afresh) logs nowhere
     # evaluation and acting need parameters only: replay is neither allocated nor read, so a
     # damaged replay.npz never blocks evaluating intact parameters
     r = Run(run, None, with_replay=False)

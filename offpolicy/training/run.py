@@ -20,7 +20,7 @@ import numpy as np
 from offpolicy import registry
 from offpolicy.errors import OffpolicyError
 from offpolicy.plotting import last_eval, plot_run
-from offpolicy.training import loops, resume
+from offpolicy.training import loops, resume, wandb_log
 from offpolicy.training.build import build
 from offpolicy.training.callbacks import Callbacks, summary_of
 from offpolicy.training.collector import Collector
@@ -53,7 +53,7 @@ class Run:
         self._ckpt_written, self._last_ckpt_step = False, -1
         self.best_kept: tuple[str, ...] = ()  # the best checkpoint as of the latest one
         self.signals = StopSignals()
-        self.callbacks, self.logger = Callbacks(), None  # learn()'s
+        self.callbacks, self.logger, self.wandb = Callbacks(), None, wandb_log.OFF
         # remote collectors (--num-collectors): who runs them, and their statistics
         self.pool_factory, self.collection = RayPool, None
         self.dir = RunDirectory(run_dir) if run_dir is not None else None
@@ -188,13 +188,15 @@ class Run:
             if self.dir is not None:
                 self.dir.write_config(self.run)
         self.callbacks = callbacks or Callbacks()
+        self.wandb = wandb_log.open_for(self) if tc.wandb_project else wandb_log.OFF
         columns = self.learner.metric_columns() + (COLUMNS if tc.num_collectors else [])
         self.logger = RunLogger(self.run_dir, columns, total, self.step, tc.quiet,
-                                f"{self.run.algo} {tc.env} s{tc.seed}")
+                                f"{self.run.algo} {tc.env} s{tc.seed}", wandb=self.wandb)
         with self.signals:
             status = self._train(total, final_eval)
         if self.run_dir is not None and status != "interrupted" and self.last_eval()[0] >= 0:
             plot_run(self.run_dir)  # a run without any evaluation has no curve to draw
+        self.wandb.trained(self.step, status, self.best_return)
         return summary_of(self, status)
 
     def _train(self, total: int, final_eval: bool) -> str:
@@ -287,7 +289,8 @@ class Run:
             self.save_checkpoint("best")
 
     def close(self) -> None:
-        """Close the envs and release the run directory."""
+        """Close the envs, finish the W&B run and release the run directory."""
+        self.wandb.finish()
         if self._collector is not None:
             self._collector.close()
         if self._evaluator is not None:

@@ -76,6 +76,8 @@ def test_an_offline_wandb_run_gets_what_tensorboard_gets(tmp_path, offline):
     assert (run_dir / "wandb" / "run_id").read_text().strip() == run_id
     assert len(list((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
     assert [s for s, x in offline if "eval/return_mean" in x] == [300]
+    # loaded to act, the agent logs nowhere
+    assert offpolicy.load(run_dir).config.train.wandb_project == ""
 
 
 def test_without_the_flag_nothing_imports_wandb(tmp_path):

@@ -17,11 +17,12 @@ QUIET_PIP := PYTHONWARNINGS="ignore:Editable installation"
 NOT_OURS  := grep -v "^WARNING: Location '.*' is ignored: it is neither a file nor a directory" || true
 
 # export (jax2onnx, onnxruntime, onnx: wheels, about 270 MB, no torch) so that make test runs
-# the ONNX policies against Agent.act; without it those tests skip
+# the ONNX policies against Agent.act; without it those tests skip; wandb (about 60 MB) so that
+# the W&B tests run (offline, no network); without it they skip
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q --upgrade pip 2>&1 | { $(NOT_OURS); }
-	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,distributed,tensorboard,docs,dev,export]" 2>&1 | { $(NOT_OURS); }
+	$(QUIET_PIP) $(VENV)/bin/python -m pip install -q -e ".[mujoco,dmc,atari,distributed,tensorboard,docs,dev,export,wandb]" 2>&1 | { $(NOT_OURS); }
 	touch $(STAMP)
 
 # DDPG on Pendulum-v1 for 20k steps; writes $(RUN)/curve.png and prints the final return.

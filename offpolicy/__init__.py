@@ -7,7 +7,7 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load", "make"]
+__all__ = ["RunView", "__version__", "callbacks", "load", "make"]
 
 
 def make(*args, **kwargs):
@@ -20,6 +20,19 @@ def load(*args, **kwargs):
     from offpolicy.api import load as _load
 
     return _load(*args, **kwargs)
+
+
+def __getattr__(name: str):
+    # on first use, so that `import offpolicy` stays light (no JAX)
+    if name == "RunView":
+        from offpolicy.training.callbacks import RunView
+
+        return RunView
+    if name == "callbacks":
+        import importlib
+
+        return importlib.import_module("offpolicy.callbacks")
+    raise AttributeError(f"module 'offpolicy' has no attribute {name!r}")
 
 
 make.__doc__ = "Create an agent; see offpolicy.api.make."

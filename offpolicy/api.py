@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from offpolicy import registry
 from offpolicy.agents.acting import HostMemory
 from offpolicy.errors import OffpolicyError
 from offpolicy.training import checkpoint
+from offpolicy.training.callbacks import Callback, Callbacks, callback_list
 from offpolicy.training.run import Run
 from offpolicy.training.rundir import resumed_config
 
@@ -148,6 +150,7 @@ def load(path: str | Path, which: str = "latest") -> Agent:
         raise OffpolicyError(f"corrupt checkpoint {ckpt}: meta.json has no config")
     run = registry.RunConfig.from_dict(meta["config"], where=str(ckpt / "meta.json"))
     run.train.quiet = True
+    run.train.wandb_project = ""  # an agent loaded to act (or learn afresh) logs nowhere
     # evaluation and acting need parameters only: replay is neither allocated nor read, so a
     # damaged replay.npz never blocks evaluating intact parameters
     r = Run(run, None, with_replay=False)
@@ -171,16 +174,33 @@ class Agent:
     def step(self) -> int:
         return self.run.step
 
-    def learn(self, steps: int) -> dict[str, Any]:
+    def learn(self, steps: int, callback: Callback | Iterable[Callback] | None = None,
+              callback_every: int | None = None) -> dict[str, Any]:
         """Train for ``steps`` more env steps, evaluating on the configured schedule
         (``eval_every``). Successive calls continue the same episodes, replay and noise. An
         agent from ``offpolicy.load`` learns with an empty replay (loading reads parameters
         only; resume a run directory with the CLI's ``--resume`` to continue with its
         replay). With remote collectors (``num_collectors``) the last chunks are cut to end
         on the step asked for, except where a chunk is one segment or one unroll
-        (``segment_length``, ``collector_replay``): ``steps`` is then whole chunks."""
+        (``segment_length``, ``collector_replay``): ``steps`` is then whole chunks.
+
+        ``callback`` (one callable or a list) is called with a
+        :class:`~offpolicy.callbacks.RunView` after each evaluation and every
+        ``callback_every`` env steps (default: ``log_every``), never per step; returning
+        False stops training as Ctrl-C would: the checkpoint is written, the summary's
+        ``status`` is 'stopped', and the next ``learn`` (or ``make(..., resume=True)``)
+        continues. An exception a callback raises stops the run and propagates unchanged
+        (docs/guides/callbacks.md).
+
+        Returns the summary of :meth:`offpolicy.training.run.Run.train`: ``status``,
+        ``step``, ``final_return``, ``best_return``, ``run_dir``, the newest evaluation row
+        (``eval``) and train.csv row (``train``)."""
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
             raise OffpolicyError(f"steps must be a positive integer, got {steps!r}")
+        callbacks = callback_list(callback)
+        every = self.run.train_cfg.log_every if callback_every is None else callback_every
+        if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+            raise OffpolicyError(f"callback_every must be a positive integer, got {every!r}")
         tc = self.run.train_cfg
         k, what = tc.num_envs, f"num_envs {tc.num_envs} (the env copies step together)"
         if tc.num_collectors and (tc.segment_length or tc.collector_replay):
@@ -198,7 +218,8 @@ class Agent:
             fresh.restore(self._checkpoint, with_replay=False)
             self.run.close()
             self.run, self._checkpoint = fresh, None
-        return self.run.train(until=self.run.step + int(steps), final_eval=False)
+        return self.run.train(until=self.run.step + int(steps), final_eval=False,
+                              callbacks=Callbacks(callbacks, int(every)))
 
     def act(self, obs: np.ndarray, first: bool = False) -> Any:
         """The deterministic (evaluation) action for one env observation, in env units (with

@@ -169,6 +169,16 @@ class TrainConfig:
                             "unclipped; 0 = off", ge=0)
     save_replay: bool = _f(True, "include the replay buffer in checkpoints (needed to resume)")
     quiet: bool = _f(False, "no progress bar; one line per evaluation")
+    wandb_project: str = _f(
+        "", "log to Weights & Biases under this project (the 'wandb' extra): the scalars "
+        "TensorBoard gets, the resolved config and curve.png; empty = off (wandb is then "
+        "never imported)")
+    wandb_entity: str = _f("", "with --wandb-project: the W&B entity (a team or user); empty "
+                           "= your default entity")
+    wandb_mode: str = _f(
+        "auto", "with --wandb-project: online, offline (files under RUN_DIR/wandb that `wandb "
+        "sync` uploads later) or disabled; auto = the WANDB_MODE variable, else online",
+        choices=("auto", "online", "offline", "disabled"))
 
 
 @dataclass

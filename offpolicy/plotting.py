@@ -239,7 +239,8 @@ def plot_proposal(trace: dict, sub_actions: tuple, out: str | Path, title: str =
 # configuration (steps: runs of different lengths are compared at the steps they share)
 NOT_CONFIG = {"train.seed", "train.steps", "train.quiet", "train.log_every",
               "train.checkpoint_every", "train.save_replay", "train.async_envs",
-              "train.ray_address", "train.ray_connect_timeout"}
+              "train.ray_address", "train.ray_connect_timeout", "train.wandb_project",
+              "train.wandb_entity", "train.wandb_mode"}
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:

@@ -333,7 +333,8 @@ class RunConfig:
 
     # training fields a resumed run may change; every other field must match the saved run
     RESUME_CHANGEABLE = frozenset({"steps", "quiet", "checkpoint_every", "log_every",
-                                   "ray_connect_timeout"})
+                                   "ray_connect_timeout", "wandb_project", "wandb_entity",
+                                   "wandb_mode"})
 
     def resumed_with(self, requested: RunConfig, train_fields: set[str] = frozenset(),
                      agent_fields: set[str] = frozenset(), where: str = "the run") -> RunConfig:

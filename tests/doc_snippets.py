@@ -34,7 +34,7 @@ from pathlib import Path
 MARKER = "<!-- runnable -->"
 SMALL_STEPS = 300  # past every default batch size (V-RACER's 256), so updates run
 # what the runner shortens in Python: training lengths and evaluation episodes
-SMALL = [(re.compile(r"\.learn\((\d[\d_]*)\)"), f".learn({SMALL_STEPS})"),
+SMALL = [(re.compile(r"\.learn\(\d[\d_]*(?=[,)])"), f".learn({SMALL_STEPS}"),
          (re.compile(r"episodes=\d+"), "episodes=1")]
 BLOCK = re.compile(r"^<!-- runnable(?:: file ([\w./-]+))? -->[ \t]*\n```(\w+)[^\n]*\n(.*?)^```",
                    re.S | re.M)

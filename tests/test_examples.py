@@ -67,7 +67,7 @@ def test_budgets_are_shortened():
     for name, blocks in EXAMPLES.items():
         for lang, code, file in blocks:
             if lang == "python" and not file:
-                calls = re.findall(r"\.learn\(([^)]*)\)", small(code))
+                calls = re.findall(r"\.learn\(([^,)]*)", small(code))  # the steps
                 assert all(c == str(SMALL_STEPS) for c in calls), (name, calls)
     argv = shell_commands("offpolicy train ace --env HalfCheetah-v5 --steps 100000 \\\n"
                           "    --eval-episodes 20  # a comment\n"

@@ -168,7 +168,7 @@ LAYERS = [
     {"config", "distributions", "networks", "plotting", "envs", "replay"},
     {"registry", "agents", "train_args"},
     {"training"},
-    {"api", "suites", "export"},
+    {"api", "suites", "export", "callbacks"},
     {"__init__", "__main__", "cli"},
 ]
 

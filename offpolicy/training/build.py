@@ -48,6 +48,7 @@ from offpolicy.ray_address import check_run_address
 from offpolicy.replay.prioritized import PERSettings
 from offpolicy.replay.refer import FAR
 from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.training import wandb_log
 from offpolicy.training.collector import ChunkSink, Collector, Sink
 from offpolicy.training.learner import ActingState, Learner
 from offpolicy.training.local_replay import LocalReplay, TeeSink
@@ -122,6 +123,8 @@ def check(run: registry.RunConfig, env: EnvFacts | None = None) -> tuple[Any, Co
     conflict (collectors, cadence, update start, warm-up actions, stored returns). Returns
     the agent and its contract."""
     tc = run.train
+    if tc.wandb_project:  # before anything is built: the one line naming the extra
+        wandb_log.check_available()
     env = env or env_facts(tc)
     if env.image and tc.normalize_obs:
         raise OffpolicyError(

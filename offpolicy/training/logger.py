@@ -1,4 +1,5 @@
-"""Run-directory logging: eval.csv, train.csv, TensorBoard (tensorboardX), rich progress.
+"""Run-directory logging: eval.csv, train.csv, TensorBoard (tensorboardX), rich progress, and
+with ``--wandb-project`` the same scalars to Weights & Biases (:mod:`.wandb_log`).
 
 Every write happens in the caller's thread, and an ``OSError`` from it (a full disk, a removed
 directory) becomes a one-line ``OffpolicyError`` naming the file.
@@ -17,6 +18,7 @@ import numpy as np
 
 from offpolicy.errors import OffpolicyError
 from offpolicy.plotting import parse_csv
+from offpolicy.training.wandb_log import OFF
 
 EVAL_COLUMNS = ["step", "return_mean", "return_std", "return_se", "episodes", "wall_time"]
 
@@ -228,14 +230,28 @@ def _num(v: float) -> str:
     return f"{v:.1f}" if abs(v) >= 100 else f"{v:.4g}"
 
 
+def eval_scalars(row: dict) -> dict[str, float]:
+    """The scalars of an evaluation row that TensorBoard and W&B get."""
+    return {"eval/return_mean": row["return_mean"]}
+
+
+def train_scalars(row: dict) -> dict[str, float]:
+    """The scalars of a train.csv row that TensorBoard and W&B get: every finite number."""
+    return {f"train/{k}": float(v) for k, v in row.items()
+            if k != "step" and isinstance(v, (float, int, np.floating)) and np.isfinite(v)}
+
+
 class RunLogger:
-    """Writes eval.csv and train.csv and TensorBoard scalars, and shows progress: a rich bar
-    on a terminal; without one (a log file, a cluster job) one line per logging interval with
-    the same fields; with ``quiet`` the evaluations only."""
+    """Writes eval.csv and train.csv and TensorBoard scalars (and the same scalars to ``wandb``,
+    a :class:`~offpolicy.training.wandb_log.WandbLog`, when given), and shows progress: a rich
+    bar on a terminal; without one (a log file, a cluster job) one line per logging interval
+    with the same fields; with ``quiet`` the evaluations only."""
 
     def __init__(self, run_dir: Path | None, metric_names: list[str], total_steps: int,
-                 start_step: int, quiet: bool, title: str):
+                 start_step: int, quiet: bool, title: str, wandb=None):
+
         self.run_dir = run_dir
+        self._wandb = wandb or OFF
         self.quiet = quiet
         self.bar = not quiet and sys.stderr.isatty()
         self.total = total_steps
@@ -343,7 +359,9 @@ class RunLogger:
         self.last_eval = row["return_mean"]
         if self._eval is not None:
             self._eval.write(row)
-            self._tb.add_scalar("eval/return_mean", row["return_mean"], row["step"])
+            for tag, v in eval_scalars(row).items():
+                self._tb.add_scalar(tag, v, row["step"])
+        self._wandb.log(eval_scalars(row), row["step"])
         n = row["episodes"]
         what = f"step {row['step']} eval {row['return_mean']:.2f} +- {row['return_se']:.2f}"
         line = f"{self.title} {what} (s.e. over {n} episode{'s' if n != 1 else ''})"
@@ -361,9 +379,9 @@ class RunLogger:
                            for k, v in row.items()}
         if self._train is not None:
             self._train.write(row)
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (float, int, np.floating)) and np.isfinite(v):
-                    self._tb.add_scalar(f"train/{k}", v, row["step"])
+            for tag, v in train_scalars(row).items():
+                self._tb.add_scalar(tag, v, row["step"])
+        self._wandb.log(train_scalars(row), row["step"])
 
     def close(self) -> None:
         """Close every file, even when one of them fails. A failure (a full disk flushing the

@@ -119,3 +119,32 @@ def resume_in_dir(run) -> None:
         print(f"offpolicy: resuming {run.run_dir} from step {run.step} (checkpoint "
               f"{ckpt.name})", file=sys.stderr)
     run.dir.write_config(run.run)
+
+
+def snapshot(run, path: Path, with_replay: bool = True) -> Path:
+    """Write ``run`` as it is now to the new or empty directory ``path`` as a run directory of
+    its own (``RunView.save``; the ``checkpoint_every`` callback): config.yaml, eval.csv and
+    train.csv so far, and a ``latest`` checkpoint of this step, with the replay unless
+    ``with_replay`` or ``save_replay`` is off. It loads (``offpolicy.load``) and resumes
+    (``--resume``) as the run itself would from that checkpoint. Returns ``path``."""
+    import shutil
+
+    import yaml
+
+    path = Path(path)
+    try:
+        if path.exists() and any(path.iterdir()):
+            raise OffpolicyError(f"{path} exists and is not empty")
+        path.mkdir(parents=True, exist_ok=True)
+        if run.run_dir is not None:
+            for name in ("eval.csv", "train.csv"):
+                if (run.run_dir / name).exists():
+                    shutil.copyfile(run.run_dir / name, path / name)
+        checkpoint.write_text_atomic(path / "config.yaml",
+                                     yaml.safe_dump(run.run.to_dict(), sort_keys=False))
+    except OSError as e:
+        raise OffpolicyError(f"cannot write a snapshot to {path}: {e}") from e
+    replay = run.replay if with_replay and run.train_cfg.save_replay else None
+    checkpoint.save(path / "checkpoints", "latest", run.step, run.learner.state, meta_of(run),
+                    replay)
+    return path

@@ -19,9 +19,10 @@ import numpy as np
 
 from offpolicy import registry
 from offpolicy.errors import OffpolicyError
-from offpolicy.plotting import last_eval, plot_run
-from offpolicy.training import loops, resume
+from offpolicy.plotting import last_eval
+from offpolicy.training import loops, resume, wandb_log
 from offpolicy.training.build import build, fits_in_memory
+from offpolicy.training.callbacks import Callbacks, summary_of
 from offpolicy.training.collector import Collector
 from offpolicy.training.distributed import COLUMNS, RayPool
 from offpolicy.training.evaluation import EVAL_SEED_OFFSET, Evaluator, greedy_actions
@@ -52,6 +53,7 @@ class Run:
         self._ckpt_written, self._last_ckpt_step = False, -1
         self.best_kept: tuple[str, ...] = ()  # the best checkpoint as of the latest one
         self.signals = StopSignals()
+        self.callbacks, self.logger, self.wandb = Callbacks(), None, wandb_log.OFF
         # remote collectors (--num-collectors): who runs them, and their statistics
         self.pool_factory, self.collection = RayPool, None
         self.dir = RunDirectory(run_dir) if run_dir is not None else None
@@ -136,8 +138,8 @@ class Run:
 
     @property
     def stopping(self) -> bool:
-        """A signal asked the run to stop (at its next periodic check)."""
-        return self.signals.received is not None
+        """A signal or a callback asked the run to stop (at its next periodic check)."""
+        return self.signals.received is not None or self.callbacks.stop
 
     def act(self, obs: np.ndarray, explore: bool = False
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -173,11 +175,10 @@ class Run:
         resume.restore(self, ckpt, with_replay)
 
     # ------------------------------------------------------------------ training
-    def train(self, until: int | None = None, final_eval: bool = True) -> dict[str, Any]:
-        """Train until env step ``until`` (default: ``train.steps``), then evaluate (unless
-        ``final_eval`` is False or that step was just evaluated). Returns a summary: ``status``
-        'completed' or 'interrupted', the ``signal``, ``step``, final and best returns,
-        ``run_dir`` and the newest ``eval`` and ``train`` rows (each None before any)."""
+    def train(self, until: int | None = None, final_eval: bool = True,
+              callbacks: Callbacks | None = None) -> dict[str, Any]:
+        """Train to env step ``until`` (default: ``train.steps``) with ``learn``'s ``callbacks``,
+        then evaluate unless ``final_eval`` is False or it just did; :func:`summary_of`."""
         tc = self.train_cfg
         if self.dir is not None:
             self.dir.check()
@@ -186,20 +187,17 @@ class Run:
             tc.steps = total
             if self.dir is not None:
                 self.dir.write_config(self.run)
+        self.callbacks = callbacks or Callbacks()
+        self.wandb = wandb_log.open_for(self) if tc.wandb_project else wandb_log.OFF
         columns = self.learner.metric_columns() + (COLUMNS if tc.num_collectors else [])
-        self._logger = RunLogger(self.run_dir, columns, total, self.step, tc.quiet,
-                                 f"{self.run.algo} {tc.env} s{tc.seed}")
+        self.logger = RunLogger(self.run_dir, columns, total, self.step, tc.quiet,
+                                f"{self.run.algo} {tc.env} s{tc.seed}", wandb=self.wandb)
         with self.signals:
             status = self._train(total, final_eval)
-        if self.run_dir is not None and status == "completed" and self._last_eval()[0] >= 0:
-            try:  # a run without any evaluation has no curve to draw
-                plot_run(self.run_dir)
-            except OSError as e:  # a full disk: the checkpoints and logs are whole
-                raise OffpolicyError(f"cannot write {self.run_dir / 'curve.png'}: {e}") from e
-        return {"status": status, "signal": self.signals.received, "step": self.step,
-                "final_return": self._last_eval()[1], "best_return": self.best_return,
-                "run_dir": self.run_dir and str(self.run_dir), "train": self._logger.last_train,
-                "eval": dict(self.eval_history[-1]) if self.eval_history else None}
+        if self.run_dir is not None and status != "interrupted" and self.last_eval()[0] >= 0:
+            self.dir.plot_curve()  # a run without any evaluation has no curve to draw
+        self.wandb.trained(self.step, status, self.best_return)
+        return summary_of(self, status)
 
     def _train(self, total: int, final_eval: bool) -> str:
         status = "completed"
@@ -208,16 +206,16 @@ class Run:
                 if self.step < total:
                     self._loop(total)
                 if self.stopping:
-                    status = "interrupted"
-                elif final_eval and self._last_eval()[0] != self.step:
+                    status = "interrupted" if self.signals.received is not None else "stopped"
+                elif final_eval and self.last_eval()[0] != self.step:
                     self._do_eval()
-            if (self.dir is not None and (status == "interrupted" or self.step >= total)
+            if (self.dir is not None and (status != "completed" or self.step >= total)
                     and self._last_ckpt_step != self.step):
                 self.save_checkpoint("latest")
-            self._logger.close()
+            self.logger.close()
         except BaseException:
             try:
-                self._logger.close()
+                self.logger.close()
             except OffpolicyError:  # e.g. a full disk: the original error is the one to show
                 pass
             if self.dir is not None:
@@ -228,13 +226,13 @@ class Run:
     def _loop(self, total: int) -> None:
         tc = self.train_cfg
         if self.step >= tc.eval_every and \
-                self._last_eval()[0] < (self.step // tc.eval_every) * tc.eval_every:
+                self.last_eval()[0] < (self.step // tc.eval_every) * tc.eval_every:
             self._do_eval()  # due when the run stopped, not yet done
         if not tc.num_collectors and not self.collector.started:
             self.collector.begin(self.step)  # a new or restored run: start fresh episodes
-        self.schedule.begin(self.step, total, self._ckpt_written)
+        self.schedule.begin(self.step, total, self._ckpt_written, self.callbacks.every)
         self._clock = Stopwatch(self.elapsed)
-        self._logger.start(self._clock, self.step)
+        self.logger.start(self._clock, self.step)
         self._logged_updates = self.learner.updates
         try:
             loops.choose(tc)(self, total)
@@ -248,32 +246,33 @@ class Run:
             self.train_cfg.wait_for_batch)
 
     def periodic(self, step: int) -> bool:
-        """The work due at ``step`` (never more than once per 100 steps): the train.csv row
-        (whose NaN check precedes every evaluation and checkpoint), the evaluation, the
-        checkpoint, the progress bar. True when a signal asked the run to stop."""
+        """The work due at ``step`` (at most once per 100 steps): the train.csv row (whose NaN
+        check precedes every evaluation and checkpoint), the evaluation, the checkpoint, the
+        callbacks, the progress bar. True when a signal or a callback asked the run to stop."""
         self.step, self.elapsed = step, self._clock()
         schedule = self.schedule
         if schedule.log_due(step) or self.stopping:
-            means = self.learner.flush_metrics(self._logger.interval_step, step,
+            means = self.learner.flush_metrics(self.logger.interval_step, step,
                                                self._ckpt_written)
-            seconds = self._logger.interval_seconds()
+            seconds = self.logger.interval_seconds()
             values = self.episode_source.log_values(seconds) | {
                 "updates_per_s": (self.learner.updates - self._logged_updates) / max(seconds,
                                                                                      1e-9)}
             self._logged_updates = self.learner.updates
-            self._logger.log_interval(step, values | means)
+            self.logger.log_interval(step, values | means)
             schedule.logged(step)
         if self.stopping:
             return True
-        if schedule.eval_due(step):
+        if evaluated := schedule.eval_due(step):
             self._do_eval()
         if schedule.checkpoint_due(step):
             self.save_checkpoint("latest")
-        self._logger.tick(step, final=step >= schedule.total)
+        self.callbacks.call(self, schedule.callback_due(step), evaluated)
+        self.logger.tick(step, final=step >= schedule.total)
         schedule.progressed(step)
-        return False
+        return self.callbacks.stop
 
-    def _last_eval(self) -> tuple[int, float]:
+    def last_eval(self) -> tuple[int, float]:
         """(step, return_mean) of the newest evaluation, from memory or eval.csv."""
         if self.eval_history:
             return self.eval_history[-1]["step"], self.eval_history[-1]["return_mean"]
@@ -284,13 +283,14 @@ class Run:
     def _do_eval(self) -> None:
         row = eval_row(self.step, self.evaluate(), self.elapsed)
         self.eval_history.append(row)
-        self._logger.log_eval(row)
+        self.logger.log_eval(row)
         if row["return_mean"] > self.best_return:
             self.best_return = row["return_mean"]
             self.save_checkpoint("best")
 
     def close(self) -> None:
-        """Close the envs and release the run directory."""
+        """Close the envs, finish the W&B run and release the run directory."""
+        self.wandb.finish()
         if self._collector is not None:
             self._collector.close()
         if self._evaluator is not None:

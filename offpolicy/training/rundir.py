@@ -19,7 +19,7 @@ from offpolicy.errors import OffpolicyError
 from offpolicy.training import checkpoint
 from offpolicy.training.lock import LOCK_FILE, RunDirLock
 
-RUN_FILES = ("config.yaml", "eval.csv", "train.csv", "tb", "checkpoints", "curve.png")
+RUN_FILES = ("config.yaml", "eval.csv", "train.csv", "tb", "checkpoints", "curve.png", "wandb")
 
 
 def resumed_config(run_dir: str | Path, requested: registry.RunConfig,
@@ -40,7 +40,8 @@ def resumed_config(run_dir: str | Path, requested: registry.RunConfig,
 # or where it keeps files, not what it learns: a run name leaves them out
 NAME_SKIPS = {"env", "steps", "seed", "warmup_steps", "eval_every", "eval_episodes",
               "checkpoint_every", "log_every", "quiet", "save_replay", "async_envs",
-              "ray_address", "max_collector_restarts"}
+              "ray_address", "max_collector_restarts", "wandb_project", "wandb_entity",
+              "wandb_mode"}
 NAME_FLAGS_MAX = 40  # characters of flags in a name; longer: a short hash of them
 
 
@@ -190,6 +191,16 @@ class RunDirectory:
         """Raise if a newer run in this process took the directory over."""
         if self.lock is not None:
             self.lock.check()
+
+    def plot_curve(self) -> None:
+        """curve.png of the run's evaluations so far (a full disk: one line; the checkpoints
+        and logs are whole)."""
+        from offpolicy.plotting import plot_run
+
+        try:
+            plot_run(self.path)
+        except OSError as e:
+            raise OffpolicyError(f"cannot write {self.path / 'curve.png'}: {e}") from e
 
     def cleanup_failed(self, checkpointed: bool) -> None:
         """A run that failed before its first checkpoint leaves no files behind."""

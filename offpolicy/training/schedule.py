@@ -8,6 +8,8 @@ generator of ACER's replay updates per segment.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 FIRST_CHECKPOINT = 1_000  # the first checkpoint comes early, so --resume has one soon
@@ -23,11 +25,15 @@ class Schedule:
         # replay updates per segment ~ Poisson(replay_ratio) (ACER); its state is checkpointed
         self.poisson = np.random.Generator(np.random.PCG64(train.seed + 7))
 
-    def begin(self, step: int, total: int, checkpointed: bool) -> None:
+    def begin(self, step: int, total: int, checkpointed: bool, callback_every: int = 0) -> None:
         """Start counting at ``step`` of a run that goes to ``total``; without any checkpoint
-        yet the first one is due at FIRST_CHECKPOINT."""
+        yet the first one is due at FIRST_CHECKPOINT. ``callback_every`` > 0: ``learn``'s
+        callbacks are due every so many env steps (0: none are)."""
         tc, k = self.train, self.train.num_envs
         self.total = total
+        self.callback_every = callback_every
+        self.next_callback = ((step // callback_every + 1) * callback_every if callback_every
+                              else math.inf)
         self.next_log = (step // tc.log_every + 1) * tc.log_every
         self.next_eval = (step // tc.eval_every + 1) * tc.eval_every
         self.next_ckpt = (step // tc.checkpoint_every + 1) * tc.checkpoint_every
@@ -64,7 +70,8 @@ class Schedule:
 
     def log_due(self, step: int) -> bool:
         """Metrics are flushed (and NaN caught) before any evaluation or checkpoint."""
-        return step >= min(self.next_log, self.next_eval, self.next_ckpt) or step >= self.total
+        return step >= min(self.next_log, self.next_eval, self.next_ckpt,
+                           self.next_callback) or step >= self.total
 
     def logged(self, step: int) -> None:
         self.next_log = (step // self.train.log_every + 1) * self.train.log_every
@@ -81,10 +88,17 @@ class Schedule:
         self.next_ckpt = (step // self.train.checkpoint_every + 1) * self.train.checkpoint_every
         return True
 
+    def callback_due(self, step: int) -> bool:
+        """``learn``'s callbacks are due (besides after every evaluation)."""
+        if step < self.next_callback:
+            return False
+        self.next_callback = (step // self.callback_every + 1) * self.callback_every
+        return True
+
     def progressed(self, step: int) -> None:
         """The periodic work of ``step`` is done: the next look comes within PROGRESS_EVERY."""
         self.next_event = min(self.next_log, self.next_eval, self.next_ckpt,
-                              step + PROGRESS_EVERY, self.total)
+                              self.next_callback, step + PROGRESS_EVERY, self.total)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

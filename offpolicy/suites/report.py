@@ -7,7 +7,10 @@ Bonferroni note, sample efficiency against the suite's ``threshold``, the train.
 ``S.md``, ``S.csv`` (every evaluation of every run), ``S_train.csv`` (the metrics, so that a
 later session can rebuild finished runs from committed CSVs: :func:`restore_finished`),
 ``S_hosts.csv`` (which machine started or resumed each run, and at which step), ``S.png``
-(one panel per env, s.e. bands) and ``S_<metric>.png``.
+(one panel per env, s.e. bands) and ``S_<metric>.png``. After the envs, the aggregates across
+tasks (:mod:`offpolicy.suites.aggregates`: IQM and mean of normalised final returns with
+stratified bootstrap intervals, the probability of improvement of each ``compare`` pair) and
+their performance profile, ``S_profile.png``.
 
 Only finished runs enter the tables and curves (a run in progress would cut its row back to
 the step it reached); the runs in progress are listed under the table; the CSV has every
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from offpolicy.errors import OffpolicyError, did_you_mean
+from offpolicy.suites import aggregates
 from offpolicy.suites.host import FIELDS as HOST_FIELDS
 from offpolicy.suites.host import host, hosts_of, machine, read_starts, write_starts
 from offpolicy.suites.runner import RunSpec, finished
@@ -437,6 +441,8 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
                       "last step all its runs reached): " if include_running else
                       "\nIn progress (not in the table or the curves): ")
                      + ", ".join(running[env]) + ".\n")
+    text += aggregates.section(aggregates.finals_of(by_env), suite.compare,
+                               out_dir / f"{stem}_profile.png", suite.scores)
     if suite.decision is not None and verdicts and not include_running:
         text += verdict.decision_section(suite.decision, by_env,
                                          {env: plans[env].steps for env in by_env_all

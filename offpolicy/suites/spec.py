@@ -21,6 +21,8 @@ The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the 
                                        #   seed shares its draw or streams with b's)
     metrics: [kl_mu_pi]                # train.csv columns drawn and averaged per entry
     threshold: 1000                    # sample efficiency: first evaluation at or above it
+    scores: {Pendulum-v1: [-1200, -150]}   # per env [random, reference] returns: the
+                                       #   aggregates across tasks normalise by them
 
 Every problem is one line naming the file and the key, raised as
 :class:`~offpolicy.errors.OffpolicyError` (exit 2 from the command) before any run starts:
@@ -49,7 +51,7 @@ SUITES_DIR = Path(__file__).resolve().parent
 RUNNER_FLAGS = ("--env", "--steps", "--seed", "--run-dir", "--eval-every", "--eval-episodes",
                 "--resume", "--quiet", "--no-quiet", "--config")
 TOP_KEYS = ("name", "description", "reference", "cost", "envs", "seeds", "steps", "eval",
-            "flags", "paper", "entries", "compare", "metrics", "threshold")
+            "flags", "paper", "entries", "compare", "metrics", "threshold", "scores")
 ENV_KEYS = ("steps", "eval_every", "entries", "threshold")
 ENTRY_KEYS = ("algo", "flags", "peer", "note")
 EVAL_KEYS = ("every", "episodes")
@@ -140,6 +142,9 @@ class Suite:
     paired: tuple[tuple[str, str], ...] = ()
     # a pre-registered decision: the report ends with its verdicts
     decision: Decision | None = None
+    # env -> (random, reference) score: the report's aggregates across tasks normalise by them
+    # (offpolicy.suites.aggregates)
+    scores: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def select(self, *, seeds=None, steps=None, envs=None, entries=None,
                paper: bool = False) -> Suite:
@@ -402,7 +407,23 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
                  _str(path, "reference", d.get("reference", "")),
                  _str(path, "cost", d.get("cost", "")), tuple(envs), seeds, episodes,
                  _flags(path, "flags", d.get("flags")), entries, tuple(pairs),
-                 tuple(metrics), dict(paper), tuple(paired))
+                 tuple(metrics), dict(paper), tuple(paired),
+                 scores=_scores(path, d.get("scores", {}) or {}, [e.env for e in envs]))
+
+
+def _scores(path, d, envs: list[str]) -> dict[str, tuple[float, float]]:
+    """``scores``: env -> [random, reference], two different numbers, for envs of the suite."""
+    out = {}
+    for env, pair in _keys(path, "scores", d, envs).items():
+        where = f"scores.{env}"
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise _err(path, where, f"expected [random, reference], got {pair!r}")
+        low, high = (_number(path, where, v) for v in pair)
+        if low == high:
+            raise _err(path, where, f"random and reference are both {low:g}: nothing to "
+                                    "normalise by")
+        out[env] = (low, high)
+    return out
 
 
 def check(suite: Suite, envs: bool = True) -> None:

@@ -249,3 +249,11 @@ def test_a_checkpoint_saved_before_any_training_loads(tmp_path):
     loaded = offpolicy.load(tmp_path / "A")
     assert loaded.evaluate(1).shape == (1,)
     loaded.learn(100)
+
+
+def test_the_architecture_page_states_these_layers():
+    """docs/architecture.md's layer table is LAYERS (top first)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (.*) \|$", page, re.M)
+    stated = {int(n): set(re.findall(r"`([^`/]+)/?`", names)) for n, names in rows}
+    assert stated == {i + 1: names for i, names in enumerate(LAYERS)}

@@ -69,7 +69,7 @@ def sb3_draw(algo: str, env, seed: int, obs: np.ndarray, act: np.ndarray):
     """(action, q, log_std or None) of SB3's initial networks for ``seed``."""
     import stable_baselines3
     import torch
-    from peers import BASELINES  # the learning runs' networks
+    from peer_baselines import BASELINES  # the learning runs' networks
 
     torch.manual_seed(seed)
     model = getattr(stable_baselines3, algo.upper())(
@@ -92,7 +92,7 @@ def main() -> int:
     a = p.parse_args()
 
     import gymnasium as gym
-    from peers import BASELINES
+    from peer_baselines import BASELINES
     from scipy import stats
     from update_parity import ours_agent
 

@@ -68,14 +68,14 @@ DDPG is TD3 with ``policy_delay=1``, one critic, and target-policy noise
 clipped to 0, i.e. plain DDPG.
 
 TD3, SAC and DQN (``--algo td3|sac|dqn``): SB3's defaults, which our ``--preset sb3``
-reproduces (``BASELINES``): TD3 400-300 relu, lr 1e-3, batch 256, tau 0.005, policy delay 2,
-target noise 0.2 clipped at 0.5, plus Gaussian exploration N(0, 0.1^2) (SB3's default has no
-exploration noise; the TD3 paper, the rl-zoo and ours use 0.1); SAC 256-256 relu, lr 3e-4,
-batch 256, tau 0.005, entropy coefficient learned from 1.0 with target -|A|; DQN 64-64 relu,
-lr 1e-4, batch 32, one update per 4 env steps, target copied every 10 000 steps, epsilon 1 ->
-0.05 over the first 10% of the run, gradient norm clipped at 10. ``throughput`` times the
-issue's protocol instead (``THROUGHPUT``): TD3 and SAC with 256-256 networks and batch 256,
-DQN 64-64 with batch 32, every one with one update per env step.
+reproduces (``peer_baselines.BASELINES``): TD3 400-300 relu, lr 1e-3, batch 256, tau 0.005,
+policy delay 2, target noise 0.2 clipped at 0.5, plus Gaussian exploration N(0, 0.1^2) (SB3's
+default has no exploration noise; the TD3 paper, the rl-zoo and ours use 0.1); SAC 256-256
+relu, lr 3e-4, batch 256, tau 0.005, entropy coefficient learned from 1.0 with target -|A|; DQN
+64-64 relu, lr 1e-4, batch 32, one update per 4 env steps, target copied every 10 000 steps,
+epsilon 1 -> 0.05 over the first 10% of the run, gradient norm clipped at 10. ``throughput``
+times the issue's protocol instead (``peer_baselines.THROUGHPUT``): TD3 and SAC with 256-256
+networks and batch 256, DQN 64-64 with batch 32, every one with one update per env step.
 
 PPO (``--algo ppo``, ``--lib sb3`` and ``learn`` only; SBX's PPO is not wired in: a usage
 error), ``PPOConfig``: the settings of App. D of Novati & Koumoutsakos (2019), the refer-1m
@@ -125,19 +125,18 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import peer_common as pc
 import torch
+from peer_baselines import BASELINES, LIBS, THROUGHPUT, Lib, make_baseline
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.noise import OrnsteinUhlenbeckActionNoise
 
-Lib = Literal["sb3", "sbx"]
-LIBS: tuple[Lib, ...] = ("sb3", "sbx")
 DISTRIBUTIONS = (
     "stable_baselines3",
     "sbx-rl",
@@ -173,24 +172,6 @@ class DDPGConfig:
 
 
 @dataclass(frozen=True)
-class BaselineConfig:
-    """TD3, SAC or DQN as SB3 runs it by default (see the module docstring)."""
-
-    hidden: tuple[int, ...]
-    batch_size: int
-    learning_rate: float
-    buffer_size: int = 1_000_000
-    tau: float = 0.005
-    gamma: float = 0.99
-    train_freq: int = 1
-    gradient_steps: int = 1
-    action_sigma: float = 0.1  # TD3's Gaussian exploration noise
-    target_update_interval: int = 10_000  # DQN, env steps
-    exploration_fraction: float = 0.1  # DQN
-    device: str = "cpu"
-
-
-@dataclass(frozen=True)
 class PPOConfig:
     """SB3's PPO with the settings of App. D of Novati & Koumoutsakos (2019), where SB3 can
     express them (see the module docstring); the rest are SB3's defaults."""
@@ -214,59 +195,6 @@ class PPOConfig:
     normalize_advantage: bool = True
     log_std_init: float = 0.0
     device: str = "cpu"
-
-
-BASELINES = {
-    "td3": BaselineConfig((400, 300), 256, 1e-3),
-    "sac": BaselineConfig((256, 256), 256, 3e-4),
-    "dqn": BaselineConfig((64, 64), 32, 1e-4, tau=1.0, train_freq=4),
-}
-# the throughput protocol: one update per env step, SB3's SAC networks for TD3 too
-THROUGHPUT = {
-    "td3": BaselineConfig((256, 256), 256, 1e-3),
-    "sac": BaselineConfig((256, 256), 256, 3e-4),
-    "dqn": BaselineConfig((64, 64), 32, 1e-4, tau=1.0, train_freq=1),
-}
-
-
-def update_kwargs(cfg: BaselineConfig) -> dict[str, Any]:
-    """The settings of ``cfg`` that one update sees (learning rate, batch, tau, gamma, the
-    networks), as SB3's and SBX's constructors take them (update_parity.py uses them too)."""
-    return dict(learning_rate=cfg.learning_rate, batch_size=cfg.batch_size, tau=cfg.tau,
-                gamma=cfg.gamma, policy_kwargs=dict(net_arch=list(cfg.hidden)))
-
-
-def make_baseline(lib: Lib, algo: str, env: gym.Env[Any, Any], cfg: BaselineConfig,
-                  warmup: int, seed: int, variant: str = "own") -> BaseAlgorithm:
-    """The peer's TD3, SAC or DQN with ``cfg`` on ``env`` (relu networks: both libraries'
-    default activation). ``variant="sb3"`` (SBX's TD3 only): SBX's TD3 with SB3's initial
-    law, delayed targets and Q_1 actor loss (benchmarks/sbx_variant.py)."""
-    import importlib
-
-    module = importlib.import_module("stable_baselines3" if lib == "sb3" else "sbx")
-    common: dict[str, Any] = dict(
-        **update_kwargs(cfg), buffer_size=cfg.buffer_size, learning_starts=warmup,
-        train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps, verbose=0, seed=seed)
-    if lib == "sb3":
-        common["device"] = cfg.device
-    if variant != "own" and (variant, lib, algo) != ("sb3", "sbx", "td3"):
-        raise ValueError(f"variant {variant!r} is defined for SBX's TD3 ('sb3') only")
-    if algo == "td3":
-        from stable_baselines3.common.noise import NormalActionNoise
-
-        n = int(np.prod(env.action_space.shape))  # type: ignore[arg-type]
-        common["action_noise"] = NormalActionNoise(np.zeros(n), cfg.action_sigma * np.ones(n))
-        if variant == "sb3":
-            from sbx_variant import TD3SB3Choices
-
-            return TD3SB3Choices("MlpPolicy", env, **common)
-        return module.TD3("MlpPolicy", env, **common)
-    if algo == "sac":
-        return module.SAC("MlpPolicy", env, **common)
-    if algo == "dqn":
-        return module.DQN("MlpPolicy", env, target_update_interval=cfg.target_update_interval,
-                          exploration_fraction=cfg.exploration_fraction, **common)
-    raise ValueError(f"unknown algo {algo!r}")
 
 
 def make_model(lib: Lib, env: gym.Env[Any, Any], cfg: DDPGConfig, warmup: int,

@@ -55,9 +55,9 @@ OFF = 1e-5  # 1% of one Adam step at learning rate 1e-3
 
 
 def _sb3_settings(algo: str) -> dict:
-    """SB3's settings of ``algo`` in the learning runs (peers.BASELINES), with this script's
-    batch size."""
-    from peers import BASELINES, update_kwargs
+    """SB3's settings of ``algo`` in the learning runs (peer_baselines.BASELINES), with this
+    script's batch size."""
+    from peer_baselines import BASELINES, update_kwargs
 
     cfg = BASELINES[algo]
     assert cfg.batch_size == BATCH, (algo, cfg.batch_size)
@@ -361,10 +361,10 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
 
 
 def sbx_model(seed: int):
-    """SBX's TD3 with the learning runs' settings (peers.make_baseline) and no smoothing
+    """SBX's TD3 with the learning runs' settings (peer_baselines.make_baseline) and no smoothing
     noise."""
     import gymnasium as gym
-    from peers import BASELINES, make_baseline
+    from peer_baselines import BASELINES, make_baseline
     from stable_baselines3.common.logger import configure
 
     model = make_baseline("sbx", "td3", gym.make("HalfCheetah-v5"), BASELINES["td3"],
@@ -440,15 +440,15 @@ DQN_TARGET_EVERY = 5  # the parity run's target cadence (both sides; the default
 
 def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
     """Rows of per-update differences between our DQN (its defaults: SB3's) and SB3's
-    (peers.BASELINES["dqn"]) computing in ``dtype``, both from SB3's initial weights, on random
-    Acrobot-v1-shaped batches (a quarter terminal); the target network is copied every
+    (peer_baselines.BASELINES["dqn"]) computing in ``dtype``, both from SB3's initial weights,
+    on random Acrobot-v1-shaped batches (a quarter terminal); the target network is copied every
     DQN_TARGET_EVERY updates on both sides (SB3: its ``_on_step`` once per update, with
     ``target_update_interval`` DQN_TARGET_EVERY), so that the copy is compared too."""
     import gymnasium as gym
     import jax
     import jax.numpy as jnp
     import torch
-    from peers import BASELINES, make_baseline
+    from peer_baselines import BASELINES, make_baseline
     from stable_baselines3.common.logger import configure
 
     torch.manual_seed(seed)

@@ -527,6 +527,10 @@ def cmd_suite(argv: list[str]) -> int:
     done, todo = runner.split_finished(runs)
     print(f"offpolicy: suite {suite.name}: {len(runs)} runs, {len(done)} finished, "
           f"{len(todo)} to run or resume; folder {out}", file=sys.stderr)
+    if suite.peers:
+        print(f"offpolicy: note: suite {suite.name} leaves out its peer entries "
+              f"{', '.join(suite.peers)} (benchmarks/learning.py runs them, in the peers' bench "
+              "venv)", file=sys.stderr)
     if a.dry_run:
         for r in todo:
             print(shlex.join(["offpolicy", *runner.train_command(r)[3:]]))

@@ -192,3 +192,23 @@ def test_every_expected_results_row_is_a_report_run_with_its_command():
                 assert flag in argv, (row, flag)
     for page in (DOCS / "algorithms").glob("*.md"):
         assert page.stem in pages, f"{page.name} has no What to expect rows"
+
+
+def test_architecture_lists_every_module_with_the_first_sentence_of_its_docstring():
+    """docs/architecture.md's table of modules is the code's (issue #70): every module of the
+    package has a docstring, and the table between the page's markers is the one the docs
+    extension makes from them (`python docs/_ext/offpolicy_docs.py modules` rewrites it)."""
+    from offpolicy_docs import ARCHITECTURE, PACKAGE, module_table, summary, with_module_table
+
+    for path in sorted(PACKAGE.rglob("*.py")):
+        assert summary(path), f"{path.relative_to(ROOT)} has no docstring"
+    text = ARCHITECTURE.read_text()
+    assert text == with_module_table(text), (
+        "docs/architecture.md's table of modules differs from the docstrings: run "
+        "`python docs/_ext/offpolicy_docs.py modules`")
+    table = module_table()
+    for name in ("`training/learner.py`", "`replay/`", "`__main__.py`", "`suites/spec.py`"):
+        assert f"| {name} | " in table
+    assert "| `agents/aql_proposal.py` | AQL's learned proposal (Van de Wiele et al. 2020, Sec. " \
+           "4 and 5.1, App. A1): a distribution" in table  # "al." and "App." end no sentence
+    assert "``" not in table and ":class:" not in table

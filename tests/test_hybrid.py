@@ -40,11 +40,12 @@ import numpy as np
 import torch
 sys.path.insert(0, sys.argv[3])
 import hybrid
-import peers
+import peer_baselines
 from update_parity import ours_agent
 
 algo, env_id, seed = sys.argv[1], sys.argv[2], 3
-model = peers.make_baseline("sb3", algo, gym.make(env_id), peers.BASELINES[algo], 100, 0)
+model = peer_baselines.make_baseline("sb3", algo, gym.make(env_id),
+                                     peer_baselines.BASELINES[algo], 100, 0)
 agent = ours_agent(env_id, algo)
 params = agent.init(jax.random.PRNGKey(seed))["params"]
 rng = np.random.default_rng(0)
@@ -82,14 +83,15 @@ import numpy as np
 import torch
 sys.path.insert(0, sys.argv[2])
 import hybrid
-import peers
+import peer_baselines
 
 algo = sys.argv[1]
-cfg = dataclasses.replace(peers.BASELINES[algo], buffer_size=5000)  # our preset sb3's networks
+# our preset sb3's networks
+cfg = dataclasses.replace(peer_baselines.BASELINES[algo], buffer_size=5000)
 obs = np.random.default_rng(1).uniform(-1, 1, (8, 3)).astype(np.float32)
 
 def built():
-    model = peers.make_baseline("sb3", algo, gym.make("Pendulum-v1"), cfg, 100, 0)
+    model = peer_baselines.make_baseline("sb3", algo, gym.make("Pendulum-v1"), cfg, 100, 0)
     return model, hybrid.OurUpdate(model, "Pendulum-v1", 0, "own", algo)
 
 def our_actions(ours):
@@ -127,13 +129,13 @@ import gymnasium as gym
 import jax
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-import peers
+import peer_baselines
 from sbx.common.type_aliases import ReplayBufferSamplesNp
 
-cfg = peers.BaselineConfig((400, 300), 256, 1e-3, buffer_size=5000)
+cfg = peer_baselines.BaselineConfig((400, 300), 256, 1e-3, buffer_size=5000)
 env = gym.make("Pendulum-v1")
-model = peers.make_baseline("sbx", "td3", env, cfg, 100, 0, variant="sb3")
-plain = peers.make_baseline("sbx", "td3", env, cfg, 100, 0)
+model = peer_baselines.make_baseline("sbx", "td3", env, cfg, 100, 0, variant="sb3")
+plain = peer_baselines.make_baseline("sbx", "td3", env, cfg, 100, 0)
 pol = model.policy
 def dense_layers(tree):
     if "kernel" in tree:

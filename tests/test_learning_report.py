@@ -1,5 +1,6 @@
-"""benchmarks/learning.py on the suite engine: its grids as suites, the report (offpolicy.suites
-.report) and its cross-session restore of finished runs."""
+"""benchmarks/learning.py on the suite engine: its grids in the suites' YAML form
+(benchmarks/suites/*.yaml and the package's), the report (offpolicy.suites.report) and its
+cross-session restore of finished runs."""
 
 import csv
 import json
@@ -180,11 +181,75 @@ def test_a_metric_some_entries_do_not_log_is_drawn_for_those_that_do(tmp_path):
     assert (tmp_path / "o" / "a_action_spread.png").exists()
 
 
-def test_every_compared_pair_names_entries_of_its_suite():
-    for suite, pairs in learning.SUITE_COMPARISONS.items():
-        for mine, other, *paired in pairs:
-            assert {mine, other} <= set(learning.SUITES[suite]), (suite, mine, other)
-            assert paired in ([], ["paired"]), (suite, mine, other, paired)
+def _benchmark_grids() -> list[str]:
+    """The grids in benchmarks/suites/, and the package's suites with peer entries."""
+    return [name for name, path in learning.grids().items()
+            if path.parent == learning.SUITES_DIR or spec.load(path).peers]
+
+
+def test_the_grids_are_suites_and_an_entry_means_one_command_in_all_of_them():
+    """Every grid loads with the package's schema (its comparisons, metrics, thresholds,
+    decision checked), none hides a package suite, and an entry's name runs one algorithm with
+    one set of flags (or one peer script) in every benchmark grid."""
+    names = _benchmark_grids()
+    assert len(names) >= 27 and {"refer-1m", "ddpg-parity", "td3-init-trap"} <= set(names)
+    assert not set(p.stem for p in learning.SUITES_DIR.glob("*.yaml")) & set(spec.available())
+    meaning: dict[str, tuple] = {}
+    for name in names:
+        for entry in learning.grid(name).entries.values():
+            this = (entry.algo, entry.flags, entry.peer)
+            assert meaning.setdefault(entry.name, this) == this, (name, entry, meaning[entry.name])
+
+
+def test_ddpg_parity_is_written_once_and_its_peers_run_from_here_alone():
+    """The package's ddpg-parity.yaml holds the SB3 and SBX entries too: `offpolicy suite`
+    leaves them out (and the comparisons naming them), this driver runs them."""
+    assert learning.grids()["ddpg-parity"] == spec.available()["ddpg-parity"]
+    assert not (learning.SUITES_DIR / "ddpg-parity.yaml").exists()
+    ours, full = spec.load("ddpg-parity"), learning.grid("ddpg-parity")
+    assert ours.peers == ("sb3-ddpg", "sbx-ddpg") and not full.peers
+    assert list(full.entries) == ["ddpg", "ddpg-sb3", "sb3-ddpg", "sbx-ddpg", "ddpg-input1",
+                                  "ddpg-torch-init", "ddpg-lr1e-3", "ddpg-gaussian"]
+    assert list(ours.entries) == [e for e in full.entries if e not in ours.peers]
+    assert ours.compare == tuple(p for p in full.compare if not set(p) & set(ours.peers))
+    assert len(ours.compare) == 5 and len(full.compare) == 12
+    assert [e.threshold for e in learning.bench_suite("ddpg-parity", "Hopper-v5", 10, [0]).envs
+            + learning.bench_suite("ddpg-parity", "Walker2d-v5", 10, [0]).envs] == [1000, None]
+
+
+def test_refer_1m_runs_its_pre_registered_arms():
+    """The arms' commands, pinned (benchmarks/suites/refer-1m.preregistration.md), and the
+    pre-registration opens the grid's report."""
+    suite = learning.bench_suite("refer-1m", "Ant-v5", 1_000_000, [3])
+    runs = runner.plan(suite, lambda env, entry, seed: Path("R") / entry / f"s{seed}")
+    ours = {r.entry.name: " ".join(runner.train_command(r, "py")[3:]).split(" --quiet ")[1]
+            for r in runs if not r.entry.peer}
+    every = "--eval-every 10000 --eval-episodes 20 --buffer-size 262144"
+    assert ours == {
+        "ddpg-er": f"{every} --replay-diagnostics",
+        "ddpg-refer": f"{every} --replay refer",
+        "vracer": every,
+        "vracer-er": f"{every} --replay er",
+        "ddpg-er-appa": f"{every} --preset refer --replay er --ddpg.noise ou --replay-diagnostics",
+        "ddpg-refer-appa": f"{every} --preset refer",
+        "ddpg-refer-farpol": f"{every} --replay refer --refer-forget far-policy",
+        "ddpg-er-smarties": f"{every} --preset smarties --replay er --replay-diagnostics",
+        "ddpg-refer-smarties": f"{every} --preset smarties --replay refer",
+        "vracer-refer1": f"{every} --replay refer1",
+        "vracer-refer2": f"{every} --replay refer2",
+        "naf-er": f"{every} --replay er --replay-diagnostics",
+        "naf-refer": f"{every} --replay refer"}
+    assert [r.entry.algo for r in runs][:3] == ["ddpg", "ddpg", "vracer"]
+    ppo = next(r for r in runs if r.entry.peer)
+    assert learning.peer_command("py")(ppo)[1:] == [
+        str(Path(learning.__file__).parent / "peers.py"), "learn", "--lib", "sb3", "--algo",
+        "ppo", "--env", "Ant-v5", "--steps", "1000000", "--seed", "3", "--run-dir",
+        str(Path("R") / "sb3-ppo" / "s3"), "--eval-every", "10000", "--eval-episodes", "20"]
+    prereg = (learning.SUITES_DIR / "refer-1m.preregistration.md").read_text().strip()
+    assert suite.preregistration == prereg and not suite.description
+    assert [c.label for c in suite.decision.claims if c.primary] == [
+        "C1 (authors' preset)", "C1 (library defaults)", "C2", "C3 (vs Rule 1 only)",
+        "C3 (vs Rule 2 only)", "C4", "C5"]
 
 
 def test_paired_t_against_scipy():
@@ -240,11 +305,12 @@ def test_an_entrys_flags_override_the_suites():
 
 
 def test_the_legend_names_what_each_entry_runs(tmp_path):
-    assert learning.entry_of("ddpg-input1").command() == \
-        "offpolicy train ddpg --ddpg.action-input-layer 1"
-    assert learning.entry_of("sb3-ddpg").command() == "benchmarks/peers.py --lib sb3 --algo ddpg"
-    assert learning.entry_of("pfrl-acer").peer == "pfrl"
-    sac = learning.entry_of("sbx-sac")
+    parity = learning.grid("ddpg-parity").entries
+    assert parity["ddpg-input1"].command() == "offpolicy train ddpg --ddpg.action-input-layer 1"
+    assert parity["sb3-ddpg"].command() == "benchmarks/peers.py --lib sb3 --algo ddpg"
+    pfrl = learning.grid("acer-peers").entries["pfrl-acer"]
+    assert pfrl.peer == "pfrl" and pfrl.command() == "benchmarks/peers_pfrl.py (PFRL 0.4.0)"
+    sac = learning.grid("baselines-peers").entries["sbx-sac"]
     assert (sac.algo, sac.peer) == ("sac", "sbx")
     root = tmp_path / "runs"
     for entry in ("ddpg", "ddpg-input1", "sb3-ddpg"):
@@ -311,7 +377,7 @@ def test_rows_with_different_seeds_say_which():
 def test_a_peer_variant_passes_its_flags_to_the_peer_script(tmp_path):
     """Issue 33's loop ablation: SB3's TD3 loop with our update is a peer entry whose flags
     reach benchmarks/peers.py (before the common ones) and name it in the report's legend."""
-    entry = learning.entry_of("sb3-td3-ourupdate-ourinit")
+    entry = learning.grid("td3-loop-ablation").entries["sb3-td3-ourupdate-ourinit"]
     assert (entry.peer, entry.algo, entry.flags) == ("sb3", "td3",
                                                      ("--update", "ours", "--init", "ours"))
     assert entry.command() == \
@@ -327,7 +393,7 @@ def test_a_peer_variant_passes_its_flags_to_the_peer_script(tmp_path):
 def test_the_ppo_peer_runs_sb3s_ppo_without_a_warm_up(tmp_path):
     """refer-1m's sb3-ppo is benchmarks/peers.py's SB3 PPO; PPO has no warm-up, and peers.py
     refuses one, so its command passes none (DDPG, TD3 and SAC keep theirs)."""
-    entry = learning.entry_of("sb3-ppo")
+    entry = learning.grid("refer-1m").entries["sb3-ppo"]
     assert (entry.peer, entry.algo, entry.flags) == ("sb3", "ppo", ())
     _, runs = _grid("refer-1m", tmp_path, "HalfCheetah-v5", 1000, [0], ["sb3-ppo"])
     command = learning.peer_command("python")(runs[0])
@@ -340,7 +406,7 @@ def test_the_ppo_peer_runs_sb3s_ppo_without_a_warm_up(tmp_path):
 def test_every_entry_of_ours_parses_as_a_train_command():
     """A typo in a grid's flags would only surface hours into a benchmark: every entry of
     every grid that is ours must parse with `offpolicy train` (peers are skipped)."""
-    for suite in learning.SUITES:
+    for suite in _benchmark_grids():
         spec.check(learning.bench_suite(suite, "Pendulum-v1", 1000, [0]), envs=False)
 
 

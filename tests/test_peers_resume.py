@@ -29,19 +29,20 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 sys.path.insert(0, sys.argv[4])
+import peer_baselines
 import peer_common as pc
 import peers
 
 lib, algo, run_dir, variant = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[5]
-cfg = peers.BaselineConfig((32, 32), 32, 1e-3, buffer_size=5000)
+cfg = peer_baselines.BaselineConfig((32, 32), 32, 1e-3, buffer_size=5000)
 def flat(model):
     arrays = []
     skeleton = pc.encode_tree(peers.model_state(lib, model), arrays)
     return skeleton, [np.array(a) for a in arrays]
-trained = peers.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0, variant)
+trained = peer_baselines.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0, variant)
 trained.learn(300)
 pc.save_checkpoint(run_dir, 300, 1.0, {"algo": algo}, peers.model_state(lib, trained))
-fresh = peers.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0, variant)
+fresh = peer_baselines.make_baseline(lib, algo, gym.make("Pendulum-v1"), cfg, 100, 0, variant)
 obs = np.random.default_rng(1).uniform(-1, 1, size=(8, 3)).astype(np.float32)
 act = lambda model: model.predict(obs, deterministic=True)[0]
 assert not np.allclose(act(fresh), act(trained))

@@ -162,7 +162,8 @@ def test_no_function_in_training_is_longer_than_60_lines():
     assert len((PACKAGE / "training" / "run.py").read_text().splitlines()) < 300
 
 
-# the package's layers, lowest first: a module may import its own layer's and lower ones
+# the package's layers, lowest first: a module may import its own layer's and lower ones;
+# benchmarks/ stands above them all (the package never imports it)
 LAYERS = [
     {"errors", "jax_setup", "normal_numerics", "returns", "numpy_policy", "ray_address"},
     {"config", "distributions", "networks", "plotting", "envs", "replay"},
@@ -170,37 +171,53 @@ LAYERS = [
     {"training"},
     {"api", "suites", "export", "callbacks"},
     {"__init__", "__main__", "cli"},
+    {"benchmarks"},
 ]
+ROOT = PACKAGE.parent
+BENCHMARKS = ROOT / "benchmarks"
 
 
 def _layer(module: str) -> int:
     top = module.split(".")[1] if module.count(".") else "__init__"
+    if module.startswith("benchmarks."):
+        top = "benchmarks"
     return next(i for i, names in enumerate(LAYERS) if top in names)
 
 
+def _resolve(name: str, importer: Path) -> str | None:
+    """The module of this tree that ``name`` imports in ``importer``, or None (another
+    library's). The scripts in benchmarks/ import each other by their bare names (their folder
+    is on ``sys.path``) or as ``benchmarks.<name>``."""
+    if importer.parent == BENCHMARKS and (BENCHMARKS / f"{name.split('.')[0]}.py").exists():
+        name = f"benchmarks.{name}"
+    path = ROOT / name.replace(".", "/")
+    return name if path.with_suffix(".py").exists() or (path / "__init__.py").exists() else None
+
+
 def _imports() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (at the top or inside functions)."""
+    """Module -> the modules of the tree (the package and benchmarks/) it imports (at the top
+    or inside functions)."""
     graph = {}
-    for path in _sources():
-        rel = path.relative_to(PACKAGE.parent).with_suffix("")
-        name = ".".join(rel.parts).removesuffix(".__init__")
+    for path in [*_sources(), *sorted(BENCHMARKS.glob("*.py"))]:
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         out = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and \
-                    node.module.startswith("offpolicy") and node.level == 0:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 # "from package import module" imports the module; any other name, its module
                 for a in node.names:
-                    sub = f"{node.module}.{a.name}"
-                    out.add(sub if (PACKAGE.parent / (sub.replace(".", "/") + ".py")).exists()
-                            else node.module)
+                    out.add(_resolve(f"{node.module}.{a.name}", path)
+                            or _resolve(node.module, path))
             elif isinstance(node, ast.Import):
-                out |= {a.name for a in node.names if a.name.startswith("offpolicy")}
+                out |= {_resolve(a.name, path) for a in node.names}
         graph[name] = out
     return {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
 
 
 def test_the_import_graph_points_down_and_has_no_cycles():
+    """The whole tree's: the package's modules and benchmarks/' scripts."""
     graph = _imports()
+    assert "benchmarks.peers" in graph and "benchmarks.peer_common" in graph["benchmarks.peers"]
+    assert "offpolicy.suites.runner" in graph["benchmarks.learning"]
     for module, deps in graph.items():
         for dep in deps:
             if module == "offpolicy" or dep == "offpolicy":
@@ -232,3 +249,11 @@ def test_a_checkpoint_saved_before_any_training_loads(tmp_path):
     loaded = offpolicy.load(tmp_path / "A")
     assert loaded.evaluate(1).shape == (1,)
     loaded.learn(100)
+
+
+def test_the_architecture_page_states_these_layers():
+    """docs/architecture.md's layer table is LAYERS (top first)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (.*) \|$", page, re.M)
+    stated = {int(n): set(re.findall(r"`([^`/]+)/?`", names)) for n, names in rows}
+    assert stated == {i + 1: names for i, names in enumerate(LAYERS)}

@@ -91,6 +91,19 @@ BAD = [
     (dict(flags="--batch-size 16", entries={"x": {"algo": "ddpg", "flags": "--pipeline "
                                                   "--num-collectors 2"}}),
      "entries.x on Pendulum-v1: --pipeline overlaps the env step"),
+    (dict(entries={"sb3-td3": {"peer": "sb3", "algo": "td3"}}),
+     "entries: no entries but peer entries (benchmarks/learning.py runs those)"),
+    (dict(preregistration="../plan.md"), "preregistration: expected a name of"),
+    (dict(preregistration="plan.md"), "preregistration: cannot read plan.md"),
+    (dict(decision={"window": 300}), "decision: needs 'window' and 'claims'"),
+    (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "sac"}]}),
+     "decision.claims[0].b: unknown entry 'sac'"),
+    (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg",
+                                               "envs": ["Hopper-v5"]}]}),
+     "decision.claims[0].envs: unknown env 'Hopper-v5'"),
+    (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg",
+                                               "primary": "no"}]}),
+     "decision.claims[0].primary: expected true or false, got 'no'"),
 ]
 
 
@@ -196,6 +209,37 @@ def test_paired_pairs_parse():
                                                     ["ddpg", "ddpg-refer"]]))
     assert s.compare == (("ddpg-refer", "ddpg"), ("ddpg", "ddpg-refer"))
     assert s.paired == (("ddpg-refer", "ddpg"),)
+
+
+def test_a_pre_registered_decision_and_peer_entries_parse(tmp_path, capsys):
+    """A suite's pre-registration (a file beside it) and decision; peer entries (run by
+    benchmarks/learning.py in the peers' bench venv) are left out of ``offpolicy suite``, with
+    the comparisons and claims that name them, and said so."""
+    (tmp_path / "plan.md").write_text("## Pre-registration\n\nC1: ReF-ER beats ER.\n")
+    path = _suite_file(
+        tmp_path, preregistration="plan.md",
+        entries={"ddpg": {}, "sb3-ddpg": {"peer": "sb3", "algo": "ddpg"},
+                 "ddpg-refer": {"algo": "ddpg", "flags": "--replay refer"}},
+        compare=[["ddpg-refer", "sb3-ddpg"], ["ddpg-refer", "ddpg", "paired"]],
+        decision={"window": 300, "claims": [
+            {"label": "C1", "a": "ddpg-refer", "b": "ddpg", "seeds": [0]},
+            {"label": "peer", "a": "ddpg", "b": "sb3-ddpg", "primary": False}]})
+    s = spec.load(path)
+    assert list(s.entries) == ["ddpg", "ddpg-refer"] and s.peers == ("sb3-ddpg",)
+    assert s.envs[0].entries == ("ddpg", "ddpg-refer")
+    assert s.compare == s.paired == (("ddpg-refer", "ddpg"),)
+    assert s.preregistration == "## Pre-registration\n\nC1: ReF-ER beats ER."
+    assert s.decision == spec.Decision((spec.Claim("C1", "ddpg-refer", "ddpg", ("Pendulum-v1",),
+                                                   True, (0,)),), 300)
+    with pytest.raises(OffpolicyError, match="'sb3-ddpg' runs a peer library's script"):
+        s.select(entries=["sb3-ddpg"])
+    full = spec.load(path, allow_peers=True)
+    assert sorted(full.entries) == ["ddpg", "ddpg-refer", "sb3-ddpg"] and not full.peers
+    assert full.entries["sb3-ddpg"].peer == "sb3" and len(full.decision.claims) == 2
+    assert full.compare[0] == ("ddpg-refer", "sb3-ddpg")
+    assert cli.main(["suite", "run", str(path), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
+    assert "leaves out its peer entries sb3-ddpg (benchmarks/learning.py runs them" in \
+        capsys.readouterr().err
 
 
 def test_command_line_selections_are_checked(tmp_path, capsys):

@@ -8,6 +8,11 @@
 - Each algorithm page's "What to expect" table (the line ``<!-- expected-results -->``): the
   final return of the runs ``docs/expected.yaml`` names, from the committed report CSVs
   (:func:`expected_table`).
+- architecture.md's table of modules, between ``<!-- modules -->`` and ``<!-- /modules -->``:
+  every module of the package with the first sentence of its docstring
+  (:func:`module_table`). The page keeps the table too, so that it reads on GitHub:
+  ``python docs/_ext/offpolicy_docs.py modules`` rewrites it there, and tests/test_docs.py
+  fails when it is not the code's.
 
 Links from the hand-written pages to ``benchmarks/results/...`` (right on GitHub) are pointed
 at the copies while Sphinx reads the pages.
@@ -222,8 +227,52 @@ def rewrite_links(app, docname: str, source: list[str]) -> None:
     if EXPECTED_MARK in source[0] and docname.startswith("algorithms/"):
         table = expected_table(docname.split("/", 1)[1], link=bool(app.config.offpolicy_results))
         source[0] = source[0].replace(EXPECTED_MARK, table)
+    if docname == "architecture" and MODULES_BEGIN in source[0]:
+        source[0] = with_module_table(source[0])
     depth = docname.count("/")
     source[0] = _RESULT_LINK.sub("](" + "../" * depth + "results/", source[0])
+
+
+PACKAGE = ROOT / "offpolicy"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+MODULES_BEGIN, MODULES_END = "<!-- modules -->", "<!-- /modules -->"
+
+
+# words whose period ends no sentence ("et al. 2020", "App. A1", "Sec. 4", an initial)
+_ABBREVIATIONS = {"al", "App", "Sec", "Secs", "Fig", "Eq", "Alg", "e.g", "i.e", "vs", "cf", "etc"}
+
+
+def summary(path: Path) -> str:
+    """The first sentence of a module's docstring, on one line, its reST roles and literals as
+    Markdown code ("" without a docstring)."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    text = " ".join(doc.split("\n\n")[0].split())
+    for m in re.finditer(r"(\S+)\.\s+(?=[A-Z`(\"])", text):
+        word = m.group(1).lstrip("(\"'`")
+        if word not in _ABBREVIATIONS and not re.fullmatch(r"[A-Z]", word):
+            text = text[:m.end(1) + 1]
+            break
+    text = re.sub(r":\w+:`~([^`]+)`", lambda r: f"`{r.group(1).split('.')[-1]}`", text)
+    return re.sub(r":\w+:`([^`]+)`", r"`\1`", text).replace("``", "`")
+
+
+def module_table() -> str:
+    """Every module of the package, a package's ``__init__.py`` as its folder, by path, with
+    its summary (Markdown)."""
+    rows = ["| module | what it is (its docstring) |", "|---|---|"]
+    for path in sorted(PACKAGE.rglob("*.py"), key=lambda p: p.relative_to(PACKAGE).parts):
+        rel = path.relative_to(PACKAGE).as_posix()
+        name = rel.removesuffix("__init__.py") if rel.endswith("/__init__.py") else rel
+        rows.append(f"| `{name}` | {_cell(summary(path))} |")
+    return "\n".join(rows)
+
+
+def with_module_table(text: str) -> str:
+    """``text`` (architecture.md) with the table between its markers made anew."""
+    head, rest = text.split(MODULES_BEGIN, 1)
+    return f"{head}{MODULES_BEGIN}\n{module_table()}\n{MODULES_END}{rest.split(MODULES_END, 1)[1]}"
 
 
 def setup(app):
@@ -232,3 +281,12 @@ def setup(app):
     app.connect("builder-inited", generate)
     app.connect("source-read", rewrite_links)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["modules"]:
+        sys.exit("usage: python docs/_ext/offpolicy_docs.py modules   (rewrites architecture.md's "
+                 "table of modules from the docstrings)")
+    ARCHITECTURE.write_text(with_module_table(ARCHITECTURE.read_text()))

@@ -401,6 +401,8 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
     lines = [f"# {title or 'Suite ' + suite.name}", ""]
     if suite.description:
         lines += [suite.description, ""]
+    if suite.preregistration:
+        lines += [suite.preregistration, ""]
     if suite.reference:
         lines += [f"Reference: {suite.reference}", ""]
     lines += [f"Command: `{command}`", "",

@@ -23,6 +23,14 @@ The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the 
     threshold: 1000                    # sample efficiency: first evaluation at or above it
     scores: {Pendulum-v1: [-1200, -150]}   # per env [random, reference] returns: the
                                        #   aggregates across tasks normalise by them
+    preregistration: grid.preregistration.md   # a file beside this one: opens the report
+    decision:                          # pre-registered claims (offpolicy.suites.verdict)
+      window: 200000
+      claims: [{label: C1, a: ddpg-refer, b: ddpg-er}]   # envs: default the suite's
+
+An entry with ``peer: LIB`` runs a peer library's script (benchmarks/learning.py, in the peers'
+bench venv): :func:`parse` leaves it out, with the comparisons and claims that name it, unless
+``allow_peers`` (the suite's ``peers`` names what it left out).
 
 Every problem is one line naming the file and the key, raised as
 :class:`~offpolicy.errors.OffpolicyError` (exit 2 from the command) before any run starts:
@@ -51,11 +59,14 @@ SUITES_DIR = Path(__file__).resolve().parent
 RUNNER_FLAGS = ("--env", "--steps", "--seed", "--run-dir", "--eval-every", "--eval-episodes",
                 "--resume", "--quiet", "--no-quiet", "--config")
 TOP_KEYS = ("name", "description", "reference", "cost", "envs", "seeds", "steps", "eval",
-            "flags", "paper", "entries", "compare", "metrics", "threshold", "scores")
+            "flags", "paper", "entries", "compare", "metrics", "threshold", "scores",
+            "preregistration", "decision")
 ENV_KEYS = ("steps", "eval_every", "entries", "threshold")
 ENTRY_KEYS = ("algo", "flags", "peer", "note")
 EVAL_KEYS = ("every", "episodes")
 PAPER_KEYS = ("steps", "seeds", "eval_every")
+DECISION_KEYS = ("window", "margin", "claims")
+CLAIM_KEYS = ("label", "a", "b", "envs", "primary", "seeds")
 # names that become one folder or file name under --out (the suite's, an entry's, a metric's):
 # a suite file is shared between people, so none may name a path ('..', '/', an absolute one)
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
@@ -70,7 +81,7 @@ SAFE_ENV_ID_TEXT = ("letters, digits, '-', '_', '.', ':' and '+', with '/' betwe
 @dataclass(frozen=True)
 class Entry:
     """One row of the grid: an algorithm and its flags (or, in benchmarks/learning.py only, a
-    peer library's script: ``peer``)."""
+    peer library's script: ``peer``, with the algorithm and flags that script takes)."""
 
     name: str
     algo: str
@@ -142,6 +153,11 @@ class Suite:
     paired: tuple[tuple[str, str], ...] = ()
     # a pre-registered decision: the report ends with its verdicts
     decision: Decision | None = None
+    # the pre-registration (arms, tasks, seeds, budget, statistic, verdict rule), committed
+    # before the runs started: it opens the report
+    preregistration: str = ""
+    # peer entries left out (benchmarks/learning.py runs them, in the peers' bench venv)
+    peers: tuple[str, ...] = ()
     # env -> (random, reference) score: the report's aggregates across tasks normalise by them
     # (offpolicy.suites.aggregates)
     scores: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -179,6 +195,10 @@ class Suite:
             s = replace(s, envs=tuple(e for e in s.envs if e.env in envs))
         if entries is not None:
             for name in entries:
+                if name in self.peers:
+                    raise OffpolicyError(f"suite {self.name}: entry {name!r} runs a peer "
+                                         "library's script: benchmarks/learning.py runs it (it "
+                                         "needs the peers' bench venv)")
                 if name not in self.entries:
                     raise OffpolicyError(
                         f"suite {self.name} has no entry {name!r}"
@@ -312,37 +332,42 @@ def _flags(path, where: str, v) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suite:
-    d = _keys(path, "top level", data, TOP_KEYS)
-    if "entries" not in d or "envs" not in d:
-        raise _err(path, "top level", "needs 'envs' and 'entries'")
-    # the name is the runs' folder under runs/suites/: it must not lead out of it
-    name = safe_name(path, "name", d.get("name", Path(str(path)).stem))
-    steps = _int(path, "steps", d.get("steps", 100_000), 1)
-    ev = _keys(path, "eval", d.get("eval", {}) or {}, EVAL_KEYS)
-    every = _int(path, "eval.every", ev.get("every", 10_000), 1)
-    episodes = _int(path, "eval.episodes", ev.get("episodes", 20), 1)
-    seeds = d.get("seeds", [0, 1, 2])
-    if not isinstance(seeds, list) or not seeds:
-        raise _err(path, "seeds", f"expected a non-empty list of integers, got {seeds!r}")
-    seeds = tuple(_int(path, "seeds", s, maximum=MAX_SEED) for s in seeds)
-    _unique(path, "seeds", seeds)
+def _kept(path, where: str, name, entries: dict, peers: list[str]) -> bool:
+    """Whether an entry that a key names is in the suite: False for a peer entry left out, an
+    error for a name that is no entry."""
+    if name in peers:
+        return False
+    if name not in entries:
+        raise _err(path, where, f"unknown entry {name!r}{did_you_mean(str(name), list(entries))}")
+    return True
+
+
+def _entries(path, d, allow_peers: bool) -> tuple[dict[str, Entry], list[str]]:
+    """The entries, and the names of the peer entries left out (unless ``allow_peers``)."""
     entries_d = _keys(path, "entries", d["entries"], list(d["entries"] or {}))
     if not entries_d:
         raise _err(path, "entries", "no entries")
-    entries = {}
+    entries, peers = {}, []
     for ename, e in entries_d.items():
         where = f"entries.{ename}"
         safe_name(path, where, ename)
         e = _keys(path, where, e if e is not None else {}, ENTRY_KEYS)
         peer = e.get("peer")
+        entry = Entry(str(ename), _str(path, f"{where}.algo", e.get("algo", ename)),
+                      _flags(path, f"{where}.flags", e.get("flags")),
+                      None if peer is None else _str(path, f"{where}.peer", peer),
+                      _str(path, f"{where}.note", e.get("note", "")))
         if peer is not None and not allow_peers:
-            raise _err(path, where, "'peer' entries run from benchmarks/learning.py (they need "
-                                    "the peers' bench venv)")
-        entries[str(ename)] = Entry(str(ename), _str(path, f"{where}.algo", e.get("algo", ename)),
-                                    _flags(path, f"{where}.flags", e.get("flags")),
-                                    None if peer is None else _str(path, f"{where}.peer", peer),
-                                    _str(path, f"{where}.note", e.get("note", "")))
+            peers.append(entry.name)
+        else:
+            entries[entry.name] = entry
+    if not entries:
+        raise _err(path, "entries", "no entries but peer entries (benchmarks/learning.py runs "
+                                    "those)")
+    return entries, peers
+
+
+def _envs(path, d, entries: dict, peers: list[str], steps: int, every: int) -> list[EnvPlan]:
     threshold = d.get("threshold")
     threshold = None if threshold is None else _number(path, "threshold", threshold)
     envs_d = d["envs"]
@@ -362,14 +387,16 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise _err(path, f"{where}.entries", f"expected a list of entry names, got {names!r}")
         _unique(path, f"{where}.entries", names)
-        for n in names:
-            if n not in entries:
-                raise _err(path, f"{where}.entries", f"unknown entry {n!r}"
-                                                     f"{did_you_mean(str(n), list(entries))}")
+        names = [n for n in names if _kept(path, f"{where}.entries", n, entries, peers)]
         t = over.get("threshold", threshold)
         envs.append(EnvPlan(str(env), _int(path, f"{where}.steps", over.get("steps", steps), 1),
                             _int(path, f"{where}.eval_every", over.get("eval_every", every), 1),
                             tuple(names), None if t is None else _number(path, where, t)))
+    return envs
+
+
+def _compare(path, d, entries: dict, peers: list[str]):
+    """The (entry, against) pairs and those of them marked paired."""
     compare = d.get("compare", []) or []
     if not isinstance(compare, list):
         raise _err(path, "compare", f"expected a list of [entry, against] pairs, got {compare!r}")
@@ -379,13 +406,87 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
                 and (len(pair) == 2 or (len(pair) == 3 and pair[2] == "paired"))):
             raise _err(path, "compare", f"expected [entry, against] or [entry, against, "
                                         f"paired], got {pair!r}")
-        for n in pair[:2]:
-            if n not in entries:
-                raise _err(path, "compare", f"unknown entry {n!r}"
-                                            f"{did_you_mean(str(n), list(entries))}")
+        if not all([_kept(path, "compare", n, entries, peers) for n in pair[:2]]):
+            continue
         pairs.append((pair[0], pair[1]))
         if len(pair) == 3:
             paired.append((pair[0], pair[1]))
+    return tuple(pairs), tuple(paired)
+
+
+def _seed_list(path, where: str, v) -> tuple[int, ...]:
+    if not isinstance(v, list) or not v:
+        raise _err(path, where, f"expected a non-empty list of integers, got {v!r}")
+    seeds = tuple(_int(path, where, s, maximum=MAX_SEED) for s in v)
+    _unique(path, where, seeds)
+    return seeds
+
+
+def _decision(path, d, entries: dict, peers: list[str], envs: list[EnvPlan]
+              ) -> Decision | None:
+    """The pre-registered claims; a claim's envs default to the suite's, and one that names a
+    peer entry left out is left out with it."""
+    if d.get("decision") is None:
+        return None
+    dd = _keys(path, "decision", d["decision"], DECISION_KEYS)
+    if "window" not in dd or "claims" not in dd:
+        raise _err(path, "decision", "needs 'window' and 'claims'")
+    if not isinstance(dd["claims"], list) or not dd["claims"]:
+        raise _err(path, "decision.claims", f"expected a non-empty list, got {dd['claims']!r}")
+    suite_envs = [e.env for e in envs]
+    claims = []
+    for i, c in enumerate(dd["claims"]):
+        where = f"decision.claims[{i}]"
+        c = _keys(path, where, c, CLAIM_KEYS)
+        if not {"label", "a", "b"} <= set(c):
+            raise _err(path, where, "needs 'label', 'a' and 'b'")
+        if not all([_kept(path, f"{where}.{k}", c[k], entries, peers) for k in ("a", "b")]):
+            continue
+        claim_envs = c.get("envs", suite_envs)
+        if not isinstance(claim_envs, list) or not claim_envs:
+            raise _err(path, f"{where}.envs", f"expected a list of the suite's envs, got "
+                                              f"{claim_envs!r}")
+        for env in claim_envs:
+            if env not in suite_envs:
+                raise _err(path, f"{where}.envs", f"unknown env {env!r}"
+                                                  f"{did_you_mean(str(env), suite_envs)}")
+        primary = c.get("primary", True)
+        if not isinstance(primary, bool):
+            raise _err(path, f"{where}.primary", f"expected true or false, got {primary!r}")
+        claims.append(Claim(_str(path, f"{where}.label", c["label"]), c["a"], c["b"],
+                            tuple(claim_envs), primary,
+                            _seed_list(path, f"{where}.seeds", c["seeds"]) if "seeds" in c
+                            else ()))
+    return Decision(tuple(claims), _int(path, "decision.window", dd["window"], 1),
+                    _number(path, "decision.margin", dd.get("margin", 0.1)))
+
+
+def _preregistration(path, d) -> str:
+    """The text of the file ``preregistration`` names, beside the suite's file."""
+    if d.get("preregistration") is None:
+        return ""
+    name = safe_name(path, "preregistration", d["preregistration"])
+    try:
+        return (Path(str(path)).parent / name).read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _err(path, "preregistration", f"cannot read {name}: "
+                                            f"{' '.join(str(e).split())}") from None
+
+
+def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suite:
+    d = _keys(path, "top level", data, TOP_KEYS)
+    if "entries" not in d or "envs" not in d:
+        raise _err(path, "top level", "needs 'envs' and 'entries'")
+    # the name is the runs' folder under runs/suites/: it must not lead out of it
+    name = safe_name(path, "name", d.get("name", Path(str(path)).stem))
+    steps = _int(path, "steps", d.get("steps", 100_000), 1)
+    ev = _keys(path, "eval", d.get("eval", {}) or {}, EVAL_KEYS)
+    every = _int(path, "eval.every", ev.get("every", 10_000), 1)
+    episodes = _int(path, "eval.episodes", ev.get("episodes", 20), 1)
+    seeds = _seed_list(path, "seeds", d.get("seeds", [0, 1, 2]))
+    entries, peers = _entries(path, d, allow_peers)
+    envs = _envs(path, d, entries, peers, steps, every)
+    pairs, paired = _compare(path, d, entries, peers)
     metrics = d.get("metrics", []) or []
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise _err(path, "metrics", f"expected a list of train.csv column names, got {metrics!r}")
@@ -406,8 +507,10 @@ def parse(data, path: Path | str = "<suite>", allow_peers: bool = False) -> Suit
                  _str(path, "description", d.get("description", "")),
                  _str(path, "reference", d.get("reference", "")),
                  _str(path, "cost", d.get("cost", "")), tuple(envs), seeds, episodes,
-                 _flags(path, "flags", d.get("flags")), entries, tuple(pairs),
-                 tuple(metrics), dict(paper), tuple(paired),
+                 _flags(path, "flags", d.get("flags")), entries, pairs,
+                 tuple(metrics), dict(paper), paired,
+                 _decision(path, d, entries, peers, envs), _preregistration(path, d),
+                 tuple(peers),
                  scores=_scores(path, d.get("scores", {}) or {}, [e.env for e in envs]))
 
 

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from throughput import paired_ratios, this_machine
+
 BENCH = {  # the flags of each algorithm's timing: SB3's sizes for TD3/SAC, the ACE paper's DDPG
     "ddpg": ["--env", "HalfCheetah-v5", "--bench-steps", "2000", "--bench-warmup", "1500"],
     "td3": ["--env", "HalfCheetah-v5", "--bench-steps", "2000", "--bench-warmup", "1500",
@@ -41,16 +43,6 @@ def bench(tree: Path, algo: str, extra: list[str]) -> dict:
     if p.returncode != 0:
         sys.exit(f"ab: {tree}: {shlex.join(cmd)} failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def git_head(tree: Path) -> str:
@@ -91,20 +83,20 @@ def main(argv: list[str] | None = None) -> None:
     given = shlex.join(sys.argv[1:] if argv is None else argv)
     lines = [f"# Throughput A/B: {heads['A']} (A) against {heads['B']} (B)", "",
              f"Command: `python benchmarks/ab.py {given}`",
-             "", f"Machine: {_cpu()}, {os.cpu_count()} cores, "
+             "", f"Machine: {this_machine()}, "
              f"Python {platform.python_version()}; each call `offpolicy bench ALGO "
              "--rounds 1 --json` with the flags in benchmarks/ab.py's BENCH, A and B "
              "alternating within each round.", "",
              "| algo | A env steps/s (median) | B env steps/s (median) | B / A per round | "
              "median B / A | updates/s B / A (median) |", "|---|---:|---:|---|---:|---:|"]
     for algo in args.algos:
-        a = {x["round"]: x for x in rows if x["algo"] == algo and x["side"] == "A"}
-        b = {x["round"]: x for x in rows if x["algo"] == algo and x["side"] == "B"}
-        ratios = [b[k]["env_steps_per_s"] / a[k]["env_steps_per_s"] for k in sorted(a)]
-        upd = [b[k]["update_per_s"] / a[k]["update_per_s"] for k in sorted(a)]
+        by = {side: [x for x in rows if x["algo"] == algo and x["side"] == side]
+              for side in ("A", "B")}
+        ratios = paired_ratios(by, "B", "A", "env_steps_per_s")
+        upd = paired_ratios(by, "B", "A", "update_per_s")
         lines.append(
-            f"| {algo} | {statistics.median(x['env_steps_per_s'] for x in a.values()):.1f} | "
-            f"{statistics.median(x['env_steps_per_s'] for x in b.values()):.1f} | "
+            f"| {algo} | {statistics.median(x['env_steps_per_s'] for x in by['A']):.1f} | "
+            f"{statistics.median(x['env_steps_per_s'] for x in by['B']):.1f} | "
             f"{', '.join(f'{x:.3f}' for x in ratios)} | **{statistics.median(ratios):.3f}** | "
             f"{statistics.median(upd):.3f} |")
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")

@@ -252,7 +252,8 @@ def check_metrics(suite: Suite, runs: list[RunSpec], metrics: list[str] | None =
     it is not there yet."""
     from offpolicy.plotting import parse_csv
 
-    where = "--metric" if metrics is not None else f"suite {suite.path or suite.name}: metrics"
+    own = metrics is None  # the suite's own metrics, not --metric's
+    where = f"suite {suite.path or suite.name}: metrics" if own else "--metric"
     metrics = list(suite.metrics if metrics is None else metrics)
 
     headers: dict[str, list[set[str]]] = {}
@@ -265,7 +266,7 @@ def check_metrics(suite: Suite, runs: list[RunSpec], metrics: list[str] | None =
                      - {"step", "wall_time"})
     # A suite's own metric may belong to entries outside a --envs/--entries selection (a
     # recurrent suite's kl_mu_pi is V-RACER's, not AQL's): those count as not logged yet.
-    names = {r.entry.name for r in runs} | (set(suite.entries) if where != "--metric" else set())
+    names = {r.entry.name for r in runs} | (set(suite.entries) if own else set())
     waiting = sorted(names - set(headers))
     for m in metrics:
         if not headers or any(m in h for hs in headers.values() for h in hs):

@@ -104,6 +104,12 @@ BAD = [
     (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg",
                                                "primary": "no"}]}),
      "decision.claims[0].primary: expected true or false, got 'no'"),
+    (dict(decision={"window": 300, "statistic": "max",
+                    "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg"}]}),
+     "decision.statistic: expected one of window, best, got 'max'"),
+    (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg",
+                                               "rule": "noninferior"}]}),
+     "decision.claims[0].rule: expected one of superior, non-inferior, got 'noninferior'"),
 ]
 
 
@@ -240,6 +246,20 @@ def test_a_pre_registered_decision_and_peer_entries_parse(tmp_path, capsys):
     assert cli.main(["suite", "run", str(path), "--out", str(tmp_path / "o"), "--dry-run"]) == 0
     assert "leaves out its peer entries sb3-ddpg (benchmarks/learning.py runs them" in \
         capsys.readouterr().err
+
+
+def test_a_decision_takes_a_statistic_and_a_rule_per_claim(tmp_path):
+    """``statistic: best`` (the ACE paper's best evaluation) and a claim's ``rule:
+    non-inferior``; without them S is the window mean and a claim says a > b."""
+    d = spec.load(_suite_file(tmp_path, decision={
+        "window": 300, "statistic": "best", "margin": 0.2, "claims": [
+            {"label": "C1", "a": "ddpg-refer", "b": "ddpg", "rule": "non-inferior"},
+            {"label": "C2", "a": "ddpg-refer", "b": "ddpg", "rule": "superior"}]})).decision
+    assert d.statistic == "best" and d.margin == 0.2
+    assert [c.rule for c in d.claims] == ["non-inferior", "superior"]
+    plain = spec.load(_suite_file(tmp_path, name="plain", decision={
+        "window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg"}]})).decision
+    assert plain.statistic == "window" and plain.claims[0].rule == "superior"
 
 
 def test_command_line_selections_are_checked(tmp_path, capsys):

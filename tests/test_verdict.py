@@ -1,6 +1,7 @@
 """The verdicts of pre-registered claims (offpolicy/suites/verdict.py) against plain loops and
-hand numbers: the window statistic, the paper's training-episode measure, the bootstrap
-interval, the detectable difference, Holm's adjustment and the rule."""
+hand numbers: the window statistic, the best evaluation, the paper's training-episode measure,
+the bootstrap interval, the detectable difference, Holm's adjustment and the rules (superiority
+and non-inferiority)."""
 
 import csv
 import math
@@ -8,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from offpolicy.errors import OffpolicyError
 from offpolicy.suites import verdict
 from offpolicy.suites.spec import Claim, Decision
 
@@ -34,6 +36,16 @@ def test_window_mean_takes_the_evaluations_of_the_last_window(tmp_path):
     assert verdict.window_mean(d, 100, 20) == pytest.approx((9 + 10) / 2)
     assert verdict.window_mean(d, 100, 45) == pytest.approx((6 + 7 + 8 + 9 + 10) / 5)
     assert verdict.window_mean(d, 80, 20) == pytest.approx((7 + 8) / 2)  # a longer run's tail out
+
+
+def test_best_evaluation_is_the_highest_evaluation_up_to_the_budget(tmp_path):
+    d = _run(tmp_path, "s0", [(10, 5.0), (20, 9.0), (30, 7.0), (40, 12.0)])
+    assert verdict.best_evaluation(d, 30) == 9.0  # a longer run's later evaluations left out
+    assert verdict.best_evaluation(d, 40) == 12.0
+    assert verdict.statistic(d, 40, Decision((), window=20, statistic="best")) == 12.0
+    assert verdict.statistic(d, 40, Decision((), window=20)) == pytest.approx((7 + 12) / 2)
+    with pytest.raises(OffpolicyError, match="no evaluation at or before step 5"):
+        verdict.best_evaluation(d, 5)
 
 
 def test_training_window_mean_weights_each_interval_by_its_episodes(tmp_path):
@@ -100,6 +112,54 @@ def test_holm_against_hand_numbers():
 ])
 def test_the_verdict_rule(diff, p, lo, hi, mean_b, want):
     assert verdict.verdict(diff, p, lo, hi, mean_b, 0.1) == want
+
+
+@pytest.mark.parametrize("diff, p, lo, hi, mean_b, want", [
+    (100.0, 0.7, -250.0, 450.0, 3000.0, "reproduced"),  # -250 above -10% of 3000 = -300
+    (500.0, 0.01, 100.0, 900.0, 3000.0, "reproduced"),  # a significant gain is no loss
+    (-100.0, 0.5, -350.0, 150.0, 3000.0, "inconclusive"),  # a loss of -350 still possible
+    (-200.0, 0.03, -290.0, -110.0, 3000.0, "reproduced"),  # a loss, but within the margin
+    (-900.0, 0.01, -1300.0, -500.0, 3000.0, "not reproduced"),  # B significantly better
+    (-900.0, 0.07, -1300.0, -20.0, 3000.0, "inconclusive"),  # p must agree
+    (-900.0, 0.04, -1300.0, 20.0, 3000.0, "inconclusive"),  # and the interval
+    (-10.0, 0.9, -280.0, 260.0, -3000.0, "reproduced"),  # the margin is of |mean S of B|
+])
+def test_the_non_inferiority_rule(diff, p, lo, hi, mean_b, want):
+    assert verdict.verdict(diff, p, lo, hi, mean_b, 0.1, rule="non-inferior") == want
+
+
+def test_a_decision_on_the_best_evaluation_with_a_non_inferiority_claim(tmp_path):
+    """S is each run's best evaluation, the window mean beside it; the non-inferiority claim
+    stays out of Holm's family (C1's adjusted p is its own p, a family of one)."""
+    from scipy import stats
+
+    def curve(best, last):  # evaluations every 100 steps to 1000: the best at 500, the
+        return [(s, best if s == 500 else last if s > 800 else 0.0)  # last two at ``last``
+                for s in range(100, 1100, 100)]
+
+    groups = {"Ant": {
+        "new": [_run(tmp_path, f"n{i}", curve(b, 100.0)) for i, b in enumerate([119, 120, 121])],
+        "old": [_run(tmp_path, f"o{i}", curve(b, 5.0)) for i, b in enumerate([10, 20, 30])],
+        "ref": [_run(tmp_path, f"r{i}", curve(b, 90.0)) for i, b in enumerate([124, 125, 126])]}}
+    d = Decision((Claim("C1", "new", "old"), Claim("C2", "new", "ref", rule="non-inferior")),
+                 window=200, statistic="best")
+    text = verdict.decision_section(d, groups, {"Ant": 1000}, (0, 1, 2))
+    p1 = stats.ttest_ind([119, 120, 121], [10, 20, 30], equal_var=False).pvalue
+    p2 = stats.ttest_ind([119, 120, 121], [124, 125, 126], equal_var=False).pvalue
+    assert p2 < 0.05  # ref is significantly better, by less than 10% of 125
+    assert "S per run: the best evaluation return of the run" in text
+    assert "| window mean A - B | verdict |" in text
+    c1 = next(line for line in text.splitlines() if line.startswith("| C1 |"))
+    assert c1.split(" | ")[4:8] == ["120.0 ± 0.6", "20.0 ± 5.8", "100.0", f"{p1:.3f}"]
+    assert c1.split(" | ")[7] == c1.split(" | ")[8] == f"{p1:.3f}"  # Holm over C1 alone
+    assert c1.endswith(" | - | 95.0 | reproduced |")  # window means 100 - 5
+    c2 = next(line for line in text.splitlines() if line.startswith("| C2 "))
+    assert c2.startswith("| C2 (non-inferiority) | Ant | new - ref | 3 / 3 | 120.0 ± 0.6 | "
+                         f"125.0 ± 0.6 | -5.0 | {p2:.3f} |  | [")
+    assert c2.endswith(" | - | 10.0 | reproduced |")
+    assert ("**C2 on Ant** (new - ref, non-inferiority margin -12.5): reproduced: difference "
+            "-5.0") in text
+    assert "survives Holm" in text.split("**C1")[1].split("\n")[0]
 
 
 def test_a_decision_section_gives_one_line_per_primary_claim_and_task(tmp_path):

@@ -26,7 +26,11 @@ The YAML keys (``offpolicy/suites/*.yaml`` are the examples; docs/suites.md the 
     preregistration: grid.preregistration.md   # a file beside this one: opens the report
     decision:                          # pre-registered claims (offpolicy.suites.verdict)
       window: 200000
-      claims: [{label: C1, a: ddpg-refer, b: ddpg-er}]   # envs: default the suite's
+      statistic: window                # S per run: window (the mean evaluation return over
+                                       #   the last window steps) or best (the best
+                                       #   evaluation of the run; the window mean beside it)
+      claims: [{label: C1, a: ddpg-refer, b: ddpg-er}]   # envs: default the suite's; rule:
+                                       #   superior (default) or non-inferior
 
 An entry with ``peer: LIB`` runs a peer library's script (benchmarks/learning.py, in the peers'
 bench venv): :func:`parse` leaves it out, with the comparisons and claims that name it, unless
@@ -65,8 +69,14 @@ ENV_KEYS = ("steps", "eval_every", "entries", "threshold")
 ENTRY_KEYS = ("algo", "flags", "peer", "note")
 EVAL_KEYS = ("every", "episodes")
 PAPER_KEYS = ("steps", "seeds", "eval_every")
-DECISION_KEYS = ("window", "margin", "claims")
-CLAIM_KEYS = ("label", "a", "b", "envs", "primary", "seeds")
+DECISION_KEYS = ("window", "margin", "statistic", "claims")
+CLAIM_KEYS = ("label", "a", "b", "envs", "primary", "seeds", "rule")
+# a decision's statistic S per run (offpolicy.suites.verdict): the mean evaluation return over
+# the last ``window`` steps, or the best evaluation of the run (the ACE paper's Table 1)
+STATISTICS = ("window", "best")
+# a claim's verdict rule: the paper says a > b (superior), or a is not worse than b by more
+# than the margin (non-inferior: "competitive with")
+RULES = ("superior", "non-inferior")
 # names that become one folder or file name under --out (the suite's, an entry's, a metric's):
 # a suite file is shared between people, so none may name a path ('..', '/', an absolute one)
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}")
@@ -110,8 +120,9 @@ class EnvPlan:
 @dataclass(frozen=True)
 class Claim:
     """One pre-registered comparison of a paper's claim: entry ``a`` minus entry ``b``, the
-    paper saying a > b. ``envs``: the tasks it is decided on (empty: every env of the suite);
-    a secondary one is reported but gets no verdict."""
+    paper saying a > b (``rule`` superior) or that a is not worse than b by more than the
+    decision's margin (``rule`` non-inferior). ``envs``: the tasks it is decided on (empty:
+    every env of the suite); a secondary one is reported but gets no verdict."""
 
     label: str
     a: str
@@ -119,18 +130,22 @@ class Claim:
     envs: tuple[str, ...] = ()
     primary: bool = True
     seeds: tuple[int, ...] = ()  # the seeds its verdict waits for (empty: the suite's)
+    rule: str = "superior"  # one of RULES
 
 
 @dataclass(frozen=True)
 class Decision:
     """A pre-registered decision (:mod:`offpolicy.suites.verdict`): per run the statistic S is
-    the mean evaluation return over the last ``window`` steps; each claim's verdict follows
-    Welch's p, a bootstrap interval of the difference and ``margin``, the gain of practical
-    size as a fraction of |mean S of b|; the grid's seeds are the pre-registered ones."""
+    the mean evaluation return over the last ``window`` steps (``statistic`` window) or the
+    run's best evaluation (``statistic`` best; the window mean is then reported beside it);
+    each claim's verdict follows Welch's p, a bootstrap interval of the difference and
+    ``margin``, the gain (or, for a non-inferiority claim, the loss) of practical size as a
+    fraction of |mean S of b|; the grid's seeds are the pre-registered ones."""
 
     claims: tuple[Claim, ...]
     window: int
     margin: float = 0.1
+    statistic: str = "window"  # one of STATISTICS
 
 
 @dataclass(frozen=True)
@@ -277,6 +292,12 @@ def _number(path, where: str, v) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _err(path, where, f"expected a number, got {v!r}")
     return float(v)
+
+
+def _choice(path, where: str, v, choices: tuple[str, ...]) -> str:
+    if v not in choices:
+        raise _err(path, where, f"expected one of {', '.join(choices)}, got {v!r}")
+    return v
 
 
 def _str(path, where: str, v) -> str:
@@ -456,9 +477,12 @@ def _decision(path, d, entries: dict, peers: list[str], envs: list[EnvPlan]
         claims.append(Claim(_str(path, f"{where}.label", c["label"]), c["a"], c["b"],
                             tuple(claim_envs), primary,
                             _seed_list(path, f"{where}.seeds", c["seeds"]) if "seeds" in c
-                            else ()))
+                            else (), _choice(path, f"{where}.rule", c.get("rule", "superior"),
+                                             RULES)))
     return Decision(tuple(claims), _int(path, "decision.window", dd["window"], 1),
-                    _number(path, "decision.margin", dd.get("margin", 0.1)))
+                    _number(path, "decision.margin", dd.get("margin", 0.1)),
+                    _choice(path, "decision.statistic", dd.get("statistic", "window"),
+                            STATISTICS))
 
 
 def _preregistration(path, d) -> str:

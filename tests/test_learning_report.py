@@ -252,6 +252,67 @@ def test_refer_1m_runs_its_pre_registered_arms():
         "C3 (vs Rule 2 only)", "C4", "C5"]
 
 
+def _commands(suite: str, env: str, steps: int) -> dict[str, str]:
+    """Each entry's flags after the runner's own, as the grid runs them on ``env``."""
+    runs = runner.plan(learning.bench_suite(suite, env, steps, [0]),
+                       lambda env, entry, seed: Path("R") / entry / f"s{seed}")
+    return {r.entry.name: " ".join(runner.train_command(r, "py")).split(" --quiet ")[1]
+            for r in runs}
+
+
+def test_issue_71_grids_run_their_pre_registered_arms():
+    """acer-1m, aql-fig2-500k and ace-1m: the arms' commands, pinned (each grid's
+    .preregistration.md), the claims with their rules and statistic, and the
+    pre-registration that opens each grid's report."""
+    every = "--eval-every 10000 --eval-episodes 20"
+    acer = {"acer-paper-mujoco": f"{every} --preset paper-mujoco",
+            "acer-paper-mujoco-no-trust-region": f"{every} --preset paper-mujoco "
+                                                 "--no-acer.trust-region",
+            "acer-paper-mujoco-on-policy": f"{every} --preset paper-mujoco "
+                                           "--acer.on-policy-update --replay-ratio 0",
+            "acer-paper-mujoco-on-policy-no-trust-region":
+                f"{every} --preset paper-mujoco --acer.on-policy-update --replay-ratio 0 "
+                "--no-acer.trust-region"}
+    for env in ("HalfCheetah-v5", "Walker2d-v5", "Hopper-v5"):
+        assert _commands("acer-1m", env, 1_000_000) == acer
+    small = "--eval-every 10000 --eval-episodes 10 --preset small"
+    d3pg = ("--eval-every 10000 --eval-episodes 10 --preset d3pg --num-collectors 2 "
+            "--updates-per-step 1.875")
+    aql = {"aql-small-d5": f"{small} --discretize 5", "aql-small": small,
+           "uniform-q-small-d5": f"{small} --discretize 5", "qt-opt-small": small,
+           "d3pg-small-c2": f"{d3pg} --ddpg.hidden 64 64 --ddpg.activation relu "
+                            "--ddpg.action-input-layer 1",
+           "d3pg-c2": d3pg}
+    for env in ("dm_control/cheetah-run-v0", "dm_control/walker-walk-v0"):
+        assert _commands("aql-fig2-500k", env, 500_000) == aql
+    assert _commands("ace-1m", "HalfCheetah-v5", 1_000_000) == {
+        "ace": every, "ensemble-ddpg": every, "ddpg": every}
+    assert [e.algo for e in learning.grid("ace-1m").entries.values()] == [
+        "ace", "ensemble-ddpg", "ddpg"]
+    claims = {}
+    for name in ("acer-1m", "aql-fig2-500k", "ace-1m"):
+        g = learning.grid(name)
+        prereg = (learning.SUITES_DIR / f"{name}.preregistration.md").read_text().strip()
+        assert g.preregistration == prereg and "written 2026-12-07 before any run" in prereg
+        assert g.cost == "COST: to be measured"
+        claims[name] = [(c.label, c.a, c.b, c.rule, c.seeds) for c in g.decision.claims
+                        if c.primary]
+    five, three = (0, 1, 2, 3, 4), (0, 1, 2)
+    assert claims["acer-1m"] == [
+        ("C1 (replay)", "acer-paper-mujoco", "acer-paper-mujoco-on-policy", "superior", five),
+        ("C2 (trust region)", "acer-paper-mujoco", "acer-paper-mujoco-no-trust-region",
+         "superior", five)]
+    assert claims["aql-fig2-500k"] == [
+        ("C1 (AQL >= D3PG)", "aql-small-d5", "d3pg-small-c2", "non-inferior", three),
+        ("C2 (AQL > Uniform-Q)", "aql-small-d5", "uniform-q-small-d5", "superior", three),
+        ("C3 (AQL > QT-Opt)", "aql-small-d5", "qt-opt-small", "superior", three)]
+    assert claims["ace-1m"] == [("C1 (ACE > DDPG)", "ace", "ddpg", "superior", five),
+                                ("C2 (look-ahead)", "ace", "ensemble-ddpg", "superior", five)]
+    assert [(learning.grid(n).decision.statistic, learning.grid(n).decision.window)
+            for n in ("acer-1m", "aql-fig2-500k", "ace-1m")] == [
+        ("window", 200_000), ("window", 50_000), ("best", 200_000)]
+
+
 def test_paired_t_against_scipy():
     import numpy as np
     from scipy import stats

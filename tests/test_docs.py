@@ -84,6 +84,32 @@ def test_the_strict_build_fails_on_a_broken_link_or_autodoc_target(tmp_path):
     assert autodoc.returncode != 0 and "no_such_function" in autodoc.stderr, autodoc.stderr
 
 
+def test_pre_registrations_join_the_results_pages_and_links_reach_them(tmp_path):
+    """The decisive grids' pre-registrations (benchmarks/suites/*.preregistration.md) are
+    copied beside the reports, listed in the results index, and a hand-written page's link to
+    one points at its copy (a link to a suite file stays a file link); every benchmarks/ link of
+    docs/results.md names a committed file."""
+    from offpolicy_docs import _RESULT_LINK, PREREGISTRATIONS, copy_results
+
+    copy_results(tmp_path)
+    plans = sorted(p.name for p in PREREGISTRATIONS.glob("*.preregistration.md"))
+    assert {"refer-1m.preregistration.md", "acer-1m.preregistration.md",
+            "aql-fig2-500k.preregistration.md", "ace-1m.preregistration.md"} <= set(plans)
+    index = (tmp_path / "results" / "index.md").read_text()
+    toctree = index.split("```{toctree}")[1]
+    for name in plans:
+        assert (tmp_path / "results" / name).read_text() == (PREREGISTRATIONS / name).read_text()
+        assert f"* [{name}]({name})" in index and f"\n{name[:-len('.md')]}\n" in toctree
+        assert f"[{name[:-len('.md')]}]" not in index  # not listed as a report
+    assert _RESULT_LINK.sub("](results/", "[p](../benchmarks/suites/ace-1m.preregistration.md)"
+                            " [y](../benchmarks/suites/ace-1m.yaml)") == (
+        "[p](results/ace-1m.preregistration.md) [y](../benchmarks/suites/ace-1m.yaml)")
+    targets = re.findall(r"\]\(\.\./(benchmarks/[^)#]+)", (DOCS / "results.md").read_text())
+    assert len(targets) > 20
+    for target in targets:
+        assert (ROOT / target).is_file(), target
+
+
 # ------------------------------------------------------------------ metric glossaries
 # one env per action kind: an algorithm's metrics are read for each kind it takes
 ENVS = {"continuous": "Pendulum-v1", "discrete": "CartPole-v1", "hybrid": "offpolicy/Platform-v0"}

@@ -4,7 +4,8 @@
   flags (type, default, bounds or choices, help) and presets, from the registry and the
   config dataclasses (:func:`cli_reference`).
 - ``results/``: the committed reports of ``benchmarks/results/`` (Markdown, plots, CSVs) and an
-  index of them, each with the command that reproduced it.
+  index of them, each with the command that reproduced it, and the decisive grids'
+  pre-registrations (``benchmarks/suites/*.preregistration.md``).
 - Each algorithm page's "What to expect" table (the line ``<!-- expected-results -->``): the
   final return of the runs ``docs/expected.yaml`` names, from the committed report CSVs
   (:func:`expected_table`).
@@ -14,8 +15,9 @@
   ``python docs/_ext/offpolicy_docs.py modules`` rewrites it there, and tests/test_docs.py
   fails when it is not the code's.
 
-Links from the hand-written pages to ``benchmarks/results/...`` (right on GitHub) are pointed
-at the copies while Sphinx reads the pages.
+Links from the hand-written pages to ``benchmarks/results/...`` and to
+``benchmarks/suites/*.preregistration.md`` (right on GitHub) are pointed at the copies while
+Sphinx reads the pages.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 RESULT_FILES = ("*.md", "*.png", "*.csv")
+# the decisive grids' pre-registrations, beside their suite files (benchmarks/suites/)
+PREREGISTRATIONS = ROOT / "benchmarks" / "suites"
+PREREGISTRATION_FILES = "*.preregistration.md"
 
 
 def _type_name(tp) -> str:
@@ -154,7 +159,11 @@ def copy_results(srcdir: Path) -> None:
     for pattern in RESULT_FILES:
         for p in sorted(RESULTS.glob(pattern)):
             shutil.copy2(p, dest / p.name)
-    reports = sorted(p for p in dest.glob("*.md") if p.name != "index.md")
+    plans = sorted(PREREGISTRATIONS.glob(PREREGISTRATION_FILES))
+    for p in plans:
+        shutil.copy2(p, dest / p.name)
+    reports = sorted(p for p in dest.glob("*.md")
+                     if p.name != "index.md" and not p.name.endswith(".preregistration.md"))
     lines = ["# Results", "",
              "Every report committed under `benchmarks/results/`, with the command that "
              "reproduces it (run from a clone; `benchmarks/learning.py` and the peers' "
@@ -163,7 +172,11 @@ def copy_results(srcdir: Path) -> None:
     for p in reports:
         cmd = _command(p)
         lines.append(f"| [{_cell(_title(p))}]({p.name}) | {f'`{_cell(cmd)}`' if cmd else ''} |")
-    lines += ["", "```{toctree}", ":hidden:", "", *[p.stem for p in reports], "```", ""]
+    lines += ["", "Each decisive grid's pre-registration, written before its first run "
+              "(`benchmarks/suites/`; its report opens with it):", "",
+              *[f"* [{p.name}]({p.name})" for p in plans]]
+    lines += ["", "```{toctree}", ":hidden:", "", *[p.stem for p in reports],
+              *[p.name[:-len(".md")] for p in plans], "```", ""]
     (dest / "index.md").write_text("\n".join(lines))
 
 
@@ -175,7 +188,9 @@ def generate(app) -> None:
         copy_results(srcdir)
 
 
-_RESULT_LINK = re.compile(r"\]\((?:\.\./)+benchmarks/results/")
+# a link to a report, or to a pre-registration beside its suite file (not to the suite file)
+_RESULT_LINK = re.compile(r"\]\((?:\.\./)+benchmarks/"
+                          r"(?:results/|suites/(?=[^)]*\.preregistration\.md\b))")
 EXPECTED = ROOT / "docs" / "expected.yaml"
 EXPECTED_MARK = "<!-- expected-results -->"
 

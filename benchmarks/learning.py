@@ -27,8 +27,9 @@ after each evaluation (a PFRL one restarts). Runs go seed-major, so a stopped be
 balanced partial results. After every run the table (``learning_<suite>.md``), the curves
 (``learning_<suite>.png``) and a CSV of all evaluations (``learning_<suite>.csv``) are
 rewritten under ``benchmarks/results/``; the commands run are appended to
-``learning_<suite>.log``. A grid with a decision (``refer-1m``) also gets
-``learning_<suite>_verdicts.md``, over the finished runs of every env of its YAML.
+``learning_<suite>.log``. A grid with a decision (``refer-1m``, ``acer-1m``, ``aql-fig2-500k``,
+``ace-1m``) also gets ``learning_<suite>_verdicts.md``, over the finished runs of every env of
+its YAML.
 """
 
 from __future__ import annotations

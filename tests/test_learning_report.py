@@ -265,13 +265,14 @@ def test_issue_71_grids_run_their_pre_registered_arms():
     .preregistration.md), the claims with their rules and statistic, and the
     pre-registration that opens each grid's report."""
     every = "--eval-every 10000 --eval-episodes 20"
-    acer = {"acer-paper-mujoco": f"{every} --preset paper-mujoco",
-            "acer-paper-mujoco-no-trust-region": f"{every} --preset paper-mujoco "
+    lr = f"{every} --acer.lr 2.2e-4"  # the grid's flag: Sec. 6's log-midpoint, every arm
+    acer = {"acer-paper-mujoco": f"{lr} --preset paper-mujoco",
+            "acer-paper-mujoco-no-trust-region": f"{lr} --preset paper-mujoco "
                                                  "--no-acer.trust-region",
-            "acer-paper-mujoco-on-policy": f"{every} --preset paper-mujoco "
+            "acer-paper-mujoco-on-policy": f"{lr} --preset paper-mujoco "
                                            "--acer.on-policy-update --replay-ratio 0",
             "acer-paper-mujoco-on-policy-no-trust-region":
-                f"{every} --preset paper-mujoco --acer.on-policy-update --replay-ratio 0 "
+                f"{lr} --preset paper-mujoco --acer.on-policy-update --replay-ratio 0 "
                 "--no-acer.trust-region"}
     for env in ("HalfCheetah-v5", "Walker2d-v5", "Hopper-v5"):
         assert _commands("acer-1m", env, 1_000_000) == acer

@@ -33,13 +33,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from offpolicy.replay.keys import FAR, FAR_FRACTION, PRIORITY, RHO, WEIGHT
+
 REPLAYS = ("er", "per", "refer", "refer1", "refer2")
-# replay fields (per step) and batch / write-back keys, named here once
-FAR = "far"  # the replay field holding each step's far-policy flag (0/1), counted by replay
-RHO = "rho"  # the replay field holding each step's latest importance weight
-FAR_FRACTION = "far_fraction"  # batch: n_far / N of the whole memory (Eq. 12)
-WEIGHT = "weight"  # batch: PER's importance-sampling weights (prioritized replay only)
-PRIORITY = "td_abs"  # write-back: |TD| of each sampled step, PER's new priority (not a field)
 
 
 @dataclass(frozen=True)

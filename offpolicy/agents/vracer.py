@@ -52,7 +52,17 @@ from offpolicy.distributions import Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, CoreConfig, Dense, core_features, softplus_init
 from offpolicy.replay import refer
-from offpolicy.replay.keys import NEXT_V_TBC, V_BEHAVIOUR, V_LATEST, V_TBC
+from offpolicy.replay.keys import (
+    ACTION,
+    DISCOUNT,
+    NEXT_OBS,
+    NEXT_V_TBC,
+    OBS,
+    REWARD,
+    V_BEHAVIOUR,
+    V_LATEST,
+    V_TBC,
+)
 from offpolicy.replay.stored_returns import StoredReturn
 
 GAUSSIAN = Gaussian()
@@ -108,10 +118,10 @@ class VRACER:
                 "refer": refer.init_state(self.replay)}
 
     def loss(self, params, batch, qret, valid, weights, beta, penalty: bool):
-        value, mean, std = self.net.apply({"params": params}, batch["obs"])
+        value, mean, std = self.net.apply({"params": params}, batch[OBS])
         pi = GAUSSIAN.info(mean, std)
-        log_pi = GAUSSIAN.log_prob(pi, batch["action"])
-        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch["action"])
+        log_pi = GAUSSIAN.log_prob(pi, batch[ACTION])
+        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch[ACTION])
         rho = refer.importance_weight(log_pi, log_mu, self.replay.rho_max)
         w = weights * valid
         advantage = jax.lax.stop_gradient(rho * (qret - value))
@@ -131,15 +141,15 @@ class VRACER:
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
         # the pre-update network: rho, v and the refreshed target (Algorithm 3)
-        value, mean, std = self.net.apply({"params": params}, batch["obs"])
-        next_value, _, _ = self.net.apply({"params": params}, batch["next_obs"])
-        log_pi = GAUSSIAN.log_prob(GAUSSIAN.info(mean, std), batch["action"])
-        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch["action"])
+        value, mean, std = self.net.apply({"params": params}, batch[OBS])
+        next_value, _, _ = self.net.apply({"params": params}, batch[NEXT_OBS])
+        log_pi = GAUSSIAN.log_prob(GAUSSIAN.info(mean, std), batch[ACTION])
+        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch[ACTION])
         rho = refer.importance_weight(log_pi, log_mu, r.rho_max)
         stored_next = batch[NEXT_V_TBC]
         at_end = jnp.isnan(stored_next)  # the episode's last step (or its successor unknown)
-        bootstrap = jnp.where(at_end, batch["discount"] * next_value, stored_next)
-        qret = jax.lax.stop_gradient(batch["reward"] + c.gamma * bootstrap)
+        bootstrap = jnp.where(at_end, batch[DISCOUNT] * next_value, stored_next)
+        qret = jax.lax.stop_gradient(batch[REWARD] + c.gamma * bootstrap)
         has_target = ~jnp.isnan(batch[V_TBC])
         valid = has_target.astype(jnp.float32)
 
@@ -168,7 +178,7 @@ class VRACER:
         was cut at (Eq. 8 after the last step). With a core, ``obs`` is the context of each
         episode's last step (a batch's context keys), and s is that step's next observation."""
         if self.rec.enabled:
-            obs = self.rec.transition_views(obs)["next_obs"]
+            obs = self.rec.transition_views(obs)[NEXT_OBS]
         return self.net.apply({"params": params}, obs)[0]
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):

@@ -241,7 +241,7 @@ def test_update_compiles_once_and_runs(tmp_path, algo):
     summary = t.train()
     assert summary["status"] == "completed" and t.step == 300
     assert t.compile_count == 1
-    chosen = t.replay.extras["actor"][: t.replay.size][t.replay.valid[: t.replay.size]]
+    chosen = t.replay.valid_values("actor")
     assert chosen.min() >= 0 and chosen.max() < 3
     header = (tmp_path / "run" / "train.csv").read_text().splitlines()[0]
     assert "critic_loss" in header and "actor_loss" in header

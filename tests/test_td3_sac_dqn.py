@@ -362,10 +362,10 @@ def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
         "eval_episodes": 1, "quiet": True, "replay": "per", "updates_per_step": 1.0,
         "warmup_steps": 20}, agent_overrides={"hidden": (8,), "n_step": 3, "double": True})
     r = Run(run, tmp_path / "run")
-    replay = r.learner.replay
-    assert replay.per is not None
+    per = r.learner.replay.sampler.selector.per  # the table's prioritized selector's ranking
+    assert per is not None
     drawn, written = [], []
-    sample, update = replay.prioritized_sample, replay.update_priorities
+    sample, update = per.sample, per.update
 
     def spy_sample(n, step):
         idx, weight = sample(n, step)
@@ -376,7 +376,7 @@ def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
         written.append((np.array(idx), np.array(priority)))
         update(idx, priority)
 
-    replay.prioritized_sample, replay.update_priorities = spy_sample, spy_update
+    per.sample, per.update = spy_sample, spy_update
     r.train(final_eval=False)
     assert r.learner.updates > 300 and len(drawn) == len(written) == r.learner.updates
     for start, (slots, priority) in zip(drawn, written):

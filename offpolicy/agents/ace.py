@@ -46,6 +46,7 @@ from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.config import ACEConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import ACTIVATIONS, final_init, hidden_init, soft_update, zeros
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 Q_OUT_SCALE = 3e-3  # authors' code: f_q and actor output layers orthogonal x 3e-3
 ACTOR_OUT_SCALE = 3e-3
@@ -214,16 +215,16 @@ class ACE:
     def bootstrap_target(self, target: dict, batch: dict) -> jax.Array:
         """y = r + gamma c max_i f_q^d'(z', f_mu'_i(z')) from the target network."""
         c = self.config
-        z_next = self._call(target, ACENetwork.encode, batch["next_obs"])
+        z_next = self._call(target, ACENetwork.encode, batch[NEXT_OBS])
         a_next = self._call(target, ACENetwork.actors, z_next)  # [B, N, m]
         v_next = jnp.max(self.q_tree(target, z_next, a_next, self.train_depth), axis=-1)
-        return jax.lax.stop_gradient(batch["reward"] + c.gamma * batch["discount"] * v_next)
+        return jax.lax.stop_gradient(batch[REWARD] + c.gamma * batch[DISCOUNT] * v_next)
 
     def critic_loss(self, cp: dict, params: dict, target: dict, batch: dict, y: jax.Array):
         """L_Q of Algorithm 1 (value model) or Algorithm 2 (transition model)."""
         c, d = self.config, self.train_depth
         p = {**params, **cp}
-        obs, action, reward = batch["obs"], batch["action"][:, None, :], batch["reward"]
+        obs, action, reward = batch[OBS], batch[ACTION][:, None, :], batch[REWARD]
         z = self._call(p, ACENetwork.encode, obs)
         q, r_hat = self._call(p, ACENetwork.q_tree_and_reward, z, action, d, c.gamma)
         q = q[:, 0]
@@ -241,7 +242,7 @@ class ACE:
         if self.transition_model:
             z1 = self._call(p, ACENetwork.trans, z, action)[:, 0]
             z1_target = jax.lax.stop_gradient(
-                self._call(target, ACENetwork.encode, batch["next_obs"]))
+                self._call(target, ACENetwork.encode, batch[NEXT_OBS]))
             t_loss = 0.5 * jnp.mean((z1 - z1_target) ** 2)
             loss = loss + t_loss
             aux["transition_loss"] = t_loss
@@ -252,7 +253,7 @@ class ACE:
         the actor chosen when acting (ACE-Alt; index -1 from random warm-up -> zeros)."""
         if self.config.actor_update == "selected":
             return jax.nn.one_hot(batch["actor"], self.num_actors)
-        return jnp.ones((batch["obs"].shape[0], self.num_actors))
+        return jnp.ones((batch[OBS].shape[0], self.num_actors))
 
     def actor_loss(self, ap: dict, params: dict, obs: jax.Array, weights: jax.Array):
         """L_mu = -sum_i mean_b w_bi f_q^d(sg(z), f_mu_i(z)): the gradient enters through the
@@ -274,7 +275,7 @@ class ACE:
 
         ap = self._actor_part(params)
         (a_loss, (v, b)), grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            ap, params, batch["obs"], self.actor_weights(batch))
+            ap, params, batch[OBS], self.actor_weights(batch))
         upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
         params = {**params, **optax.apply_updates(ap, upd)}
 

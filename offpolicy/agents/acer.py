@@ -58,6 +58,7 @@ from offpolicy.distributions import Categorical, Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import MLP, Dense, Torso, soft_update, softplus_init, use_cnn
+from offpolicy.replay.keys import ACTION, DISCOUNT, MASK, OBS, REWARD
 
 CATEGORICAL = Categorical()
 GAUSSIAN = Gaussian()
@@ -332,11 +333,11 @@ class ACER:
 
     def _discrete_loss(self, params, average, batch, key):
         c, cfg = self.c, self.config
-        mask = batch["mask"]
+        mask = batch[MASK]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
-        action = batch["action"][..., 0].astype(jnp.int32)  # [T, B]
-        logits, q_all = self.net.apply({"params": params}, batch["obs"])  # [T+1, B, n]
-        avg_logits, _ = self.net.apply({"params": average}, batch["obs"][:-1])
+        action = batch[ACTION][..., 0].astype(jnp.int32)  # [T, B]
+        logits, q_all = self.net.apply({"params": params}, batch[OBS])  # [T+1, B, n]
+        avg_logits, _ = self.net.apply({"params": average}, batch[OBS][:-1])
         probs_all = jax.nn.softmax(logits, axis=-1)
         probs, q = probs_all[:-1], q_all[:-1]
         pi_sg, q_sg = jax.lax.stop_gradient(probs_all), jax.lax.stop_gradient(q_all)
@@ -349,7 +350,7 @@ class ACER:
         mu = jnp.where(valid, jnp.maximum(batch["probs"], _TINY), pi_sg[:-1])
         rho_all = jnp.where(valid, pi_sg[:-1] / mu, 1.0)
         rho = jnp.take_along_axis(rho_all, action[..., None], -1)[..., 0]
-        qret = returns.retrace(batch["reward"], cfg.gamma * batch["discount"], q_taken_sg,
+        qret = returns.retrace(batch[REWARD], cfg.gamma * batch[DISCOUNT], q_taken_sg,
                                values_all[1:], rho, 1.0, mask=mask)
         qret = jax.lax.stop_gradient(qret)
 
@@ -372,9 +373,9 @@ class ACER:
 
     def _continuous_loss(self, params, average, batch, key):
         c, cfg, m = self.c, self.config, self.m
-        mask = batch["mask"]
+        mask = batch[MASK]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
-        obs, action = batch["obs"], batch["action"]  # [T+1, B, ...], [T, B, m]
+        obs, action = batch[OBS], batch[ACTION]  # [T+1, B, ...], [T, B, m]
         apply = self.net.apply
         phi_all, v_all = apply({"params": params}, obs)
         avg_phi, _ = apply({"params": average}, obs[:-1])
@@ -397,12 +398,12 @@ class ACER:
               "std": jnp.where(valid, batch["std"], std_sg)}
         log_mu = GAUSSIAN.log_prob(mu, action)
         rho = jnp.exp(GAUSSIAN.log_prob((mean_sg, std_sg), action) - log_mu)
-        disc = cfg.gamma * batch["discount"]
+        disc = cfg.gamma * batch[DISCOUNT]
         q_sg, v_sg = jax.lax.stop_gradient(q_tilde), jax.lax.stop_gradient(value)
         next_v = jax.lax.stop_gradient(v_all[1:])
-        qret = jax.lax.stop_gradient(returns.retrace(batch["reward"], disc, q_sg, next_v, rho,
+        qret = jax.lax.stop_gradient(returns.retrace(batch[REWARD], disc, q_sg, next_v, rho,
                                                      1.0, action_dims=m, mask=mask))
-        qopc = jax.lax.stop_gradient(returns.q_opc(batch["reward"], disc, q_sg, next_v,
+        qopc = jax.lax.stop_gradient(returns.q_opc(batch[REWARD], disc, q_sg, next_v,
                                                    mask=mask))
 
         phi_sg = jax.lax.stop_gradient(phi)

@@ -62,6 +62,7 @@ from offpolicy.envs import action_embedding as emb
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import ACTIVATIONS, MLP, Dense
+from offpolicy.replay.keys import ACTION, DISCOUNT, MASK, OBS, REWARD
 
 
 class QNetwork(nn.Module):
@@ -338,7 +339,7 @@ class AQL:
         params = state["params"]
         if self.embedding is not None:  # obs: a view of the unroll's history
             batch = self.rec.sequence_view(batch)
-        obs, mask = batch["obs"], batch["mask"]  # [T+1, B, d], [T, B]
+        obs, mask = batch[OBS], batch[MASK]  # [T+1, B, d], [T, B]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
         # the shared state embedding [T+1, B, E], run once: the Q loss's gradient reaches the
         # core through its pull-back
@@ -352,11 +353,11 @@ class AQL:
         a_star, _, info = self.argmax(params, params["q"], h, key)
         a_star = jax.lax.stop_gradient(a_star)
         next_q = self.q_values(target_q, h_target[1:], a_star[1:, :, None, :])[..., 0]
-        g = returns.lambda_returns(batch["reward"], c.gamma * batch["discount"],
+        g = returns.lambda_returns(batch[REWARD], c.gamma * batch[DISCOUNT],
                                    jax.lax.stop_gradient(next_q), c.lambda_, mask=mask)
 
         def q_loss(q_params, hh):
-            q = self.q_values(q_params, hh[:-1], batch["action"][:, :, None, :])[..., 0]
+            q = self.q_values(q_params, hh[:-1], batch[ACTION][:, :, None, :])[..., 0]
             return 0.5 * jnp.sum(jnp.where(mask > 0, (g - q) ** 2, 0.0)) / denom, q
 
         trained = self._q_part(params)

@@ -65,6 +65,7 @@ from offpolicy.networks import (
     soft_update,
 )
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 
 class Encoder(nn.Module):
@@ -200,10 +201,10 @@ class DDPG:
     # ------------------------------------------------------------------ learning
     def bootstrap_target(self, target: dict, batch: dict) -> jax.Array:
         """y = r + gamma c Q'(s', mu'(s')) from the target networks (c = 0 at termination)."""
-        next_obs = batch["next_obs"]
+        next_obs = batch[NEXT_OBS]
         q_next = self.q(target, next_obs, self.mu(target, next_obs))
-        return jax.lax.stop_gradient(batch["reward"]
-                                     + self.config.gamma * batch["discount"] * q_next)
+        return jax.lax.stop_gradient(batch[REWARD]
+                                     + self.config.gamma * batch[DISCOUNT] * q_next)
 
     def critic_loss(self, cp: dict, params: dict, batch: dict, y: jax.Array,
                     weights: jax.Array | float = 1.0):
@@ -211,7 +212,7 @@ class DDPG:
         with ``critic_l2_biases``; with a shared encoder its layer counts too, as the critic
         trains it).
         ``weights``: Rule 1's near-policy mask times PER's importance weights (1 for ER)."""
-        q = self.q({**params, **cp}, batch["obs"], batch["action"])
+        q = self.q({**params, **cp}, batch[OBS], batch[ACTION])
         loss = 0.5 * jnp.mean(weights * (q - y) ** 2)
         if self.config.critic_l2 > 0:
             loss = loss + self.config.critic_l2 * l2_kernels(cp, self.config.critic_l2_biases)
@@ -243,7 +244,7 @@ class DDPG:
 
     def log_ratio(self, batch: dict, mean: jax.Array) -> jax.Array:
         """log pi(a_t|s_t) - log mu_t(a_t|s_t) [B]."""
-        return refer.fixed_std_log_ratio(batch["action"], batch["mean"], mean, self.sigma)
+        return refer.fixed_std_log_ratio(batch[ACTION], batch["mean"], mean, self.sigma)
 
     def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
         c, r = self.config, self.replay
@@ -255,7 +256,7 @@ class DDPG:
         extra_state, metrics, writeback = {}, {}, {}
         if r.tracks_behaviour:
             # rho and KL with the pre-update actor, refreshed in replay (Algorithm 4)
-            mean = jax.lax.stop_gradient(self.mu(params, batch["obs"]))
+            mean = jax.lax.stop_gradient(self.mu(params, batch[OBS]))
             rho = refer.importance_weight(self.log_ratio(batch, mean), 0.0, r.rho_max)
             wt = refer.weighting(r, state["refer"], rho, batch)
             weights, critic_w, beta = wt.rule_weights, wt.weights, wt.beta
@@ -274,7 +275,7 @@ class DDPG:
         penalty = batch["mean"] if r.rule2 else None
         critic = {**params, **{k: before[k] for k in self.critic_keys}} \
             if c.simultaneous_update else params
-        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, critic, batch["obs"], weights,
+        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, critic, batch[OBS], weights,
                                                             beta, penalty)
         upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
         params = {**params, **optax.apply_updates(ap, upd)}

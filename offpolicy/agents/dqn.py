@@ -39,6 +39,7 @@ from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import Dense, Torso, use_cnn
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, MASK, NEXT_OBS, OBS, REWARD
 from offpolicy.returns import n_step_returns
 
 EPSILON_GREEDY = EpsilonGreedy()
@@ -127,17 +128,17 @@ class DQN:
         c = self.config
         double = self.config.double
         if self.data.kind == "transitions":
-            nxt = batch["next_obs"]
+            nxt = batch[NEXT_OBS]
             v = bootstrap_values(self.q_values(target, nxt),
                                  self.q_values(params, nxt) if double else None)
-            g = batch["reward"] + c.gamma * batch["discount"] * v
-            return batch["obs"], batch["action"][..., 0], g
-        nxt = batch["obs"][1:]  # [n, B, ...]: s_{t+1} of each step t of the window
+            g = batch[REWARD] + c.gamma * batch[DISCOUNT] * v
+            return batch[OBS], batch[ACTION][..., 0], g
+        nxt = batch[OBS][1:]  # [n, B, ...]: s_{t+1} of each step t of the window
         v = bootstrap_values(self.q_values(target, nxt),
                              self.q_values(params, nxt) if double else None)
-        g = n_step_returns(batch["reward"], c.gamma * batch["discount"], v, c.n_step,
-                           mask=batch["mask"])
-        return batch["obs"][0], batch["action"][0, :, 0], g[0]
+        g = n_step_returns(batch[REWARD], c.gamma * batch[DISCOUNT], v, c.n_step,
+                           mask=batch[MASK])
+        return batch[OBS][0], batch[ACTION][0, :, 0], g[0]
 
     def loss(self, params, obs, action, g, weights):
         q = self.q_values(params, obs)

@@ -38,6 +38,7 @@ from offpolicy.config import NAFConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, CoreConfig, Dense, core_features, soft_update
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 
 class NAFNetwork(nn.Module):
@@ -104,8 +105,8 @@ class NAF:
         return refer.fixed_std_kl(behaviour_mean, mean, self.sigma)
 
     def loss(self, params, batch, y, weights, beta, penalty: bool):
-        value, mean, lower = self.net.apply({"params": params}, batch["obs"])
-        q = value + advantage(mean, lower, batch["action"])
+        value, mean, lower = self.net.apply({"params": params}, batch[OBS])
+        q = value + advantage(mean, lower, batch[ACTION])
         td = q - y
         loss = 0.5 * jnp.mean(weights * td**2)
         if penalty:
@@ -117,14 +118,14 @@ class NAF:
         params = state["params"]
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
-        _, mean, _ = self.net.apply({"params": params}, batch["obs"])
+        _, mean, _ = self.net.apply({"params": params}, batch[OBS])
         mean = jax.lax.stop_gradient(mean)
-        a, m_mu = batch["action"], batch["mean"]
+        a, m_mu = batch[ACTION], batch["mean"]
         log_ratio = refer.fixed_std_log_ratio(a, m_mu, mean, self.sigma)
         rho = refer.importance_weight(log_ratio, 0.0, r.rho_max)
         wt = refer.weighting(r, state["refer"], rho, batch)
-        next_value, _, _ = self.net.apply({"params": state["target"]}, batch["next_obs"])
-        y = jax.lax.stop_gradient(batch["reward"] + c.gamma * batch["discount"] * next_value)
+        next_value, _, _ = self.net.apply({"params": state["target"]}, batch[NEXT_OBS])
+        y = jax.lax.stop_gradient(batch[REWARD] + c.gamma * batch[DISCOUNT] * next_value)
         (loss, (q, td)), grads = jax.value_and_grad(self.loss, has_aux=True)(
             params, batch, y, wt.weights, wt.beta, r.rule2)
         upd, opt = self.opt.update(grads, state["opt"], params)

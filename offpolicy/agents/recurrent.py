@@ -47,6 +47,7 @@ from offpolicy.agents.base import (
 )
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import Context, CoreConfig, core_state_size
+from offpolicy.replay.keys import NEXT_OBS, OBS, REWARD
 
 
 class Recurrence:
@@ -110,15 +111,15 @@ class Recurrence:
         to t (the earlier ones are the burn-in)."""
         p = batch[CONTEXT_POSITION]
         grad_from = jnp.maximum(p - (self.window - 1), 0)
-        return {**batch, "obs": self._context(batch, p, 0, grad_from),
-                "next_obs": self._context(batch, p + 1, 0, grad_from)}
+        return {**batch, OBS: self._context(batch, p, 0, grad_from),
+                NEXT_OBS: self._context(batch, p + 1, 0, grad_from)}
 
     def sequence_view(self, batch: dict) -> dict:
         """``batch`` with ``obs`` as a view of span T + 1 of its context (the window's
         observations); stored: gradient from the window's first step on."""
         p = batch[CONTEXT_POSITION]
-        span = batch["reward"].shape[0] + 1
-        return {**batch, "obs": self._context(batch, p, span, p)}
+        span = batch[REWARD].shape[0] + 1
+        return {**batch, OBS: self._context(batch, p, span, p)}
 
     # ------------------------------------------------------------------ acting
     def advance(self, params_by_core: dict[str, Any], ctx: Context) -> jnp.ndarray:

@@ -49,6 +49,7 @@ from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import MLP, CoreConfig, CriticEnsemble, core_features, soft_update
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 SQUASHED = SquashedGaussian()
 
@@ -140,17 +141,17 @@ class SAC:
     # ------------------------------------------------------------------ learning
     def target(self, state: dict, batch: dict, key: jax.Array) -> jax.Array:
         """y = r + gamma c (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s')."""
-        next_obs = batch["next_obs"]
+        next_obs = batch[NEXT_OBS]
         pi_next = self.stats(state["params"]["actor"], next_obs)
         a_next, info = SQUASHED.sample(key, pi_next["mean"], pi_next["std"])
         log_pi_next = SQUASHED.log_prob(pi_next, info["pre_tanh"], self.config.log_det_eps)
         q_next = jnp.min(self.q(state["target_critic"], next_obs, a_next), axis=0)
         soft_value = q_next - jnp.exp(state["log_alpha"]) * log_pi_next
-        y = batch["reward"] + self.config.gamma * batch["discount"] * soft_value
+        y = batch[REWARD] + self.config.gamma * batch[DISCOUNT] * soft_value
         return jax.lax.stop_gradient(y)
 
     def critic_loss(self, critic_params, batch: dict, y: jax.Array, weights):
-        q = self.q(critic_params, batch["obs"], batch["action"])
+        q = self.q(critic_params, batch[OBS], batch[ACTION])
         return 0.5 * jnp.sum(jnp.mean(weights * (q - y[None]) ** 2, axis=1)), q
 
     def actor_loss(self, actor_params, critic_params, obs: jax.Array, alpha: jax.Array,
@@ -175,7 +176,7 @@ class SAC:
         weights, critic_w, beta = 1.0, refer.per_weights(r, batch), 1.0
         extra_state, metrics, writeback = {}, {}, {}
         if r.tracks_behaviour:  # rho and KL with the pre-update policy (Algorithm 4)
-            pi = jax.lax.stop_gradient(self.stats(params["actor"], batch["obs"]))
+            pi = jax.lax.stop_gradient(self.stats(params["actor"], batch[OBS]))
             behaviour = {"mean": batch["mean"], "std": batch["std"]}
             log_rho = (SQUASHED.log_prob(pi, batch["pre_tanh"])
                        - SQUASHED.log_prob(behaviour, batch["pre_tanh"]))
@@ -194,7 +195,7 @@ class SAC:
         alpha = jnp.exp(state["log_alpha"])
         penalty = {"mean": batch["mean"], "std": batch["std"]} if r.rule2 else None
         (a_loss, log_pi), grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            params["actor"], params["critic"], batch["obs"], alpha, k_actor, weights, beta,
+            params["actor"], params["critic"], batch[OBS], alpha, k_actor, weights, beta,
             penalty)
         upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], params["actor"])
         params = {**params, "actor": optax.apply_updates(params["actor"], upd)}

@@ -38,6 +38,7 @@ from offpolicy.config import TD3Config
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, CoreConfig, CriticEnsemble, core_features, soft_update
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 
 class Actor(nn.Module):
@@ -113,15 +114,15 @@ class TD3:
     # ------------------------------------------------------------------ learning
     def target(self, target: dict, batch: dict, key: jax.Array) -> jax.Array:
         c = self.config
-        next_obs = batch["next_obs"]
+        next_obs = batch[NEXT_OBS]
         a_next = smoothed_target_action(self.pi(target["actor"], next_obs), key,
                                         c.policy_noise, c.noise_clip)
         y = clipped_double_q_target(self.q(target["critic"], next_obs, a_next),
-                                    batch["reward"], batch["discount"], c.gamma)
+                                    batch[REWARD], batch[DISCOUNT], c.gamma)
         return jax.lax.stop_gradient(y)
 
     def critic_loss(self, critic_params, batch: dict, y: jax.Array, weights):
-        q = self.q(critic_params, batch["obs"], batch["action"])
+        q = self.q(critic_params, batch[OBS], batch[ACTION])
         return jnp.sum(jnp.mean(weights * (q - y[None]) ** 2, axis=1)), q
 
     def actor_loss(self, actor_params, critic_params, obs: jax.Array) -> jax.Array:
@@ -147,7 +148,7 @@ class TD3:
             """The actor step on the updated critic, then both targets (Algorithm 1)."""
             params, target, actor_opt, _ = operand
             a_loss, grads = jax.value_and_grad(self.actor_loss)(params["actor"],
-                                                                params["critic"], batch["obs"])
+                                                                params["critic"], batch[OBS])
             upd, actor_opt = self.actor_opt.update(grads, actor_opt, params["actor"])
             params = {**params, "actor": optax.apply_updates(params["actor"], upd)}
             if not c.target_every_update:

@@ -140,11 +140,12 @@ def test_an_actor_with_twin_critics_records_both_cores_states(algo):
     acting = learner.acting_params()
     assert set(acting) == {"actor", "critic_core"}
     assert agent.rec.names == ("actor", "critic")
-    _assert_states_before_observations(agent, learner.state["params"], replay,
-                                       _episodes(replay))
+    params = learner.state.params
+    _assert_states_before_observations(agent, {"actor": params.actor, "critic": params.critic},
+                                       replay, _episodes(replay))
     zero = build(_config(algo, "zero", ENVS[0]))
     assert (jax.tree.structure(zero.learner.acting_params())
-            == jax.tree.structure(zero.learner.state["params"]["actor"]))
+            == jax.tree.structure(zero.learner.state.params.actor))
     _collect(zero, 12)  # acting without a stored state: the critics' core is not indexed
     assert zero.replay.size > 0 and CORE_STATE not in zero.replay.extras
 

@@ -481,15 +481,15 @@ def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
 
     def theirs(net) -> dict:  # SB3's Q network: our torso's MLP, then the linear head
         layers = [linear(m) for m in net.q_net if hasattr(m, "weight")]
-        tpl = state["params"]
+        tpl = state.params
         (w, b) = layers[-1]
         assert w.shape == tpl["Dense_0"]["kernel"].shape, (w.shape, "the head")
         return {"Torso_0": mlp_to_ours(layers[:-1], tpl["Torso_0"]),
                 "Dense_0": {"kernel": w, "bias": b}}
 
     params = theirs(model.q_net)
-    state = cast({**state, "params": params, "target": theirs(model.q_net_target),
-                  "opt": agent.opt.init(params)}, np_dtype)
+    state = cast(state.replace(params=params, target=theirs(model.q_net_target),
+                               opt=agent.opt.init(params)), np_dtype)
     update = jax.jit(agent.update)
     norms: list[float] = []  # the gradient norm SB3 clips (at max_grad_norm 10)
     clip = torch.nn.utils.clip_grad_norm_
@@ -502,7 +502,7 @@ def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
     torch.nn.utils.clip_grad_norm_ = recording_clip
     rng = np.random.default_rng(seed)
     rows = []
-    p0 = jax.tree_util.tree_map(np.asarray, state["params"])
+    p0 = jax.tree_util.tree_map(np.asarray, state.params)
     for i in range(1, updates + 1):
         done = (rng.random(DQN_BATCH) < 0.25).astype(np_dtype)
         scale = 1.0 if i % 2 else 30.0  # every second batch: a gradient norm past the clip
@@ -521,10 +521,10 @@ def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
                                    jax.random.PRNGKey(i))
         row = {"dtype": dtype, "update": i, "loss_ours": float(metrics["loss"]),
                "loss_sb3": sb3_loss, "grad_norm_sb3": norms[0],
-               "q_moved": diff(state["params"], p0)[0]}
-        for name, part, net in (("q", "params", model.q_net),
-                                ("q_target", "target", model.q_net_target)):
-            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part], theirs(net))
+               "q_moved": diff(state.params, p0)[0]}
+        for name, ours, net in (("q", state.params, model.q_net),
+                                ("q_target", state.target, model.q_net_target)):
+            row[f"{name}_max"], row[f"{name}_off"] = diff(ours, theirs(net))
         rows.append(row)
     torch.nn.utils.clip_grad_norm_ = clip
     return rows

@@ -260,10 +260,10 @@ def _dqn(**kw):
 def test_dqn_one_step_target_against_a_loop(double):
     agent = _dqn(double=double, gamma=0.9)
     state = agent.init(jax.random.PRNGKey(0))
-    target = agent.init(jax.random.PRNGKey(7))["params"]  # an unrelated target network
+    target = agent.init(jax.random.PRNGKey(7)).params  # an unrelated target network
     batch = transitions_batch(np.random.default_rng(1), discrete=4)
-    _, _, g = agent.targets(state["params"], target, batch)
-    q_online = np.asarray(agent.q_values(state["params"], batch["next_obs"]))
+    _, _, g = agent.targets(state.params, target, batch)
+    q_online = np.asarray(agent.q_values(state.params, batch["next_obs"]))
     q_target = np.asarray(agent.q_values(target, batch["next_obs"]))
     for b in range(len(g)):
         if double:  # the online network picks, the target network values (Eq. 4)
@@ -293,8 +293,8 @@ def test_dqn_n_step_target_against_a_loop(seed):
              "action": rng.integers(0, 4, (n, B, 1)).astype(np.float32),
              "reward": rng.normal(size=(n, B)).astype(np.float32),
              "discount": (~terminated).astype(np.float32), "mask": mask}
-    _, a0, g = agent.targets(state["params"], state["params"], batch)
-    v = np.asarray(agent.q_values(state["params"], batch["obs"][1:])).max(-1)  # [n, B]
+    _, a0, g = agent.targets(state.params, state.params, batch)
+    v = np.asarray(agent.q_values(state.params, batch["obs"][1:])).max(-1)  # [n, B]
     for b in range(B):
         ret, disc = 0.0, 1.0
         for t in range(n):
@@ -312,7 +312,7 @@ def test_dueling_heads_keep_the_advantage_mean_at_zero():
     """Q = V + A - mean_a A (Wang et al. 2016, Eq. 9): a per-action shift d of the advantage
     head moves Q by d - mean(d) (a constant shift not at all), a shift of V moves every Q."""
     agent = _dqn(dueling=True)
-    params = agent.init(jax.random.PRNGKey(0))["params"]
+    params = agent.init(jax.random.PRNGKey(0)).params
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     z = np.asarray(agent.q_values(params, obs))
     assert set(params) == {"Torso_0", "Dense_0", "Dense_1"}
@@ -348,7 +348,7 @@ def test_dqn_target_network_is_copied_every_c_updates():
     for k in range(1, 7):
         state, _, _ = update(state, transitions_batch(rng, discrete=4), jax.random.PRNGKey(k))
         same = all(np.array_equal(a, b) for a, b in zip(
-            jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(state["target"])))
+            jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(state.target)))
         assert same == (k % 3 == 0), k
 
 
@@ -566,7 +566,7 @@ def test_dqn_learns_from_atari_frames_with_the_nature_cnn(tmp_path):
     r = Run(run, tmp_path / "run")
     r.train(final_eval=False)
     assert r.learner.updates >= 70
-    assert "NatureCNN_0" in r.learner.state["params"]["Torso_0"]
+    assert "NatureCNN_0" in r.learner.state.params["Torso_0"]
 
 
 @pytest.mark.parametrize("algo,preset", [("dqn", "paper"), ("acer", "paper-atari")])

@@ -105,3 +105,11 @@ class SACState:
     params: ActorCritic
     refer: ReferState | None  # with a replay that stores the behaviour policy
     target_critic: Params
+
+
+@agent_state
+class DQNState:
+    opt: OptState
+    params: Params
+    target: Params  # theta^-, a copy every target_update_every updates
+    updates: jax.Array  # the epsilon schedule's and the target copy's clock

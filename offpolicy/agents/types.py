@@ -113,3 +113,16 @@ class DQNState:
     params: Params
     target: Params  # theta^-, a copy every target_update_every updates
     updates: jax.Array  # the epsilon schedule's and the target copy's clock
+
+
+@agent_state
+class DDPGState:
+    """DDPG's and ACE's: networks by name (DDPG's actor, critic and encoders; ACE's modules),
+    each optimiser over its part of them (a shared encoder in the critic's, and the actor's
+    with ``actor_trains_encoder``)."""
+
+    actor_opt: OptState
+    critic_opt: OptState
+    params: Params
+    refer: ReferState | None  # DDPG with a replay that stores the behaviour mean
+    target: Params

@@ -357,7 +357,7 @@ def test_naf_q_is_maximised_at_the_mean_and_p_is_positive_definite():
     agent = build_agent(run, (4,), ActionSpec.continuous(-np.ones(3), np.ones(3)))
     state = agent.init(jax.random.PRNGKey(0))
     # larger output weights so that L is far from its near-zero initialisation
-    params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state["params"])
+    params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state.params)
     obs = np.random.default_rng(6).normal(size=(5, 4)).astype(np.float32)
     value, mean, lower = agent.net.apply({"params": params}, obs)
     low = np.asarray(lower, np.float64)

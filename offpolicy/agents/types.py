@@ -126,3 +126,11 @@ class DDPGState:
     params: Params
     refer: ReferState | None  # DDPG with a replay that stores the behaviour mean
     target: Params
+
+
+@agent_state
+class NAFState:
+    opt: OptState
+    params: Params
+    refer: ReferState
+    target: Params

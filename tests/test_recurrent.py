@@ -159,7 +159,7 @@ def test_the_learners_unroll_reproduces_acting_outputs(start, env, window):
     parts = build(_config("vracer", start, env, window=window))
     _collect(parts, 40)
     agent, learner = parts.agent, parts.learner
-    params = learner.state["params"]
+    params = learner.state.params
     outputs = jax.jit(lambda p, b: agent.net.apply({"params": p},
                                                    agent.rec.transition_views(b)["obs"]))
     near_start = 0
@@ -219,7 +219,7 @@ def test_windows_are_ordered_start_where_marked_and_do_not_leak():
         np.testing.assert_array_equal(batch[CONTEXT_STATE][b], replay.extras[CORE_STATE][start])
         if p[b] < agent.rec.burn_in + agent.rec.window - 1:  # cut at the episode's start
             assert start in replay._starts[start // replay.stream_capacity]
-    params = learner.state["params"]
+    params = learner.state.params
     value = jax.jit(lambda p, b: agent.net.apply({"params": p},
                                                  agent.rec.transition_views(b)["obs"])[0])
     keys = (CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE)

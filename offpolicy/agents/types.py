@@ -134,3 +134,10 @@ class NAFState:
     params: Params
     refer: ReferState
     target: Params
+
+
+@agent_state
+class VRACERState:
+    opt: OptState
+    params: Params
+    refer: ReferState

@@ -141,3 +141,10 @@ class VRACERState:
     opt: OptState
     params: Params
     refer: ReferState
+
+
+@agent_state
+class ACERState:
+    average: Params  # the average policy network theta_a (trust region)
+    opt: OptState
+    params: Params

@@ -180,7 +180,7 @@ def test_sequence_windows_reproduce_the_acting_embedding(start):
     parts = build(_config("aql", start, ENVS[1]))
     _collect(parts, 40)
     agent, learner, replay = parts.agent, parts.learner, parts.replay
-    core = learner.state["params"]["core"]
+    core = learner.state.params["core"]
     embed = jax.jit(agent.embed)
     policy = jax.jit(lambda p, c: agent.policy(p, c, jax.random.PRNGKey(0), False)[1])
     acting = {}  # slot -> the embedding acting computed there

@@ -148,3 +148,13 @@ class ACERState:
     average: Params  # the average policy network theta_a (trust region)
     opt: OptState
     params: Params
+
+
+@agent_state
+class AQLState:
+    params: Params  # {"q", "core" (with --aql.core), "proposal" (with a learned proposal)}
+    proposal_opt: OptState | None  # with a learned proposal (search 'proposal')
+    q_opt: OptState  # over Q and the core in front of it
+    target_core: Params | None  # with target_update_every and a core
+    target_q: Params | None  # with target_update_every
+    updates: jax.Array

@@ -140,11 +140,12 @@ def test_an_actor_with_twin_critics_records_both_cores_states(algo):
     acting = learner.acting_params()
     assert set(acting) == {"actor", "critic_core"}
     assert agent.rec.names == ("actor", "critic")
-    _assert_states_before_observations(agent, learner.state["params"], replay,
-                                       _episodes(replay))
+    params = learner.state.params
+    _assert_states_before_observations(agent, {"actor": params.actor, "critic": params.critic},
+                                       replay, _episodes(replay))
     zero = build(_config(algo, "zero", ENVS[0]))
     assert (jax.tree.structure(zero.learner.acting_params())
-            == jax.tree.structure(zero.learner.state["params"]["actor"]))
+            == jax.tree.structure(zero.learner.state.params.actor))
     _collect(zero, 12)  # acting without a stored state: the critics' core is not indexed
     assert zero.replay.storage.size > 0 and CORE_STATE not in zero.replay.storage.extras
 
@@ -158,7 +159,7 @@ def test_the_learners_unroll_reproduces_acting_outputs(start, env, window):
     parts = build(_config("vracer", start, env, window=window))
     _collect(parts, 40)
     agent, learner = parts.agent, parts.learner
-    params = learner.state["params"]
+    params = learner.state.params
     outputs = jax.jit(lambda p, b: agent.net.apply({"params": p},
                                                    agent.rec.transition_views(b)["obs"]))
     near_start = 0
@@ -179,7 +180,7 @@ def test_sequence_windows_reproduce_the_acting_embedding(start):
     parts = build(_config("aql", start, ENVS[1]))
     _collect(parts, 40)
     agent, learner, replay = parts.agent, parts.learner, parts.replay.storage
-    core = learner.state["params"]["core"]
+    core = learner.state.params["core"]
     embed = jax.jit(agent.embed)
     policy = jax.jit(lambda p, c: agent.policy(p, c, jax.random.PRNGKey(0), False)[1])
     acting = {}  # slot -> the embedding acting computed there
@@ -218,7 +219,7 @@ def test_windows_are_ordered_start_where_marked_and_do_not_leak():
         np.testing.assert_array_equal(batch[CONTEXT_STATE][b], replay.extras[CORE_STATE][start])
         if p[b] < agent.rec.burn_in + agent.rec.window - 1:  # cut at the episode's start
             assert start in replay.episode_starts(start // replay.stream_capacity)
-    params = learner.state["params"]
+    params = learner.state.params
     value = jax.jit(lambda p, b: agent.net.apply({"params": p},
                                                  agent.rec.transition_views(b)["obs"])[0])
     keys = (CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE)

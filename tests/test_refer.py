@@ -306,7 +306,7 @@ def _ddpg(kind):
 def _batch(agent, state, far_rows):
     rng = np.random.default_rng(5)
     obs = rng.normal(size=(8, 3)).astype(np.float32)
-    mean = np.asarray(agent.mu(state["params"], obs))
+    mean = np.asarray(agent.mu(state.params, obs))
     behaviour = mean.copy()
     behaviour[far_rows] += 1.5  # far from the current policy: rho outside (1/c_max, c_max)
     return {"obs": obs, "action": (mean + 0.05).astype(np.float32),
@@ -329,23 +329,23 @@ def test_rule1_zeroes_exactly_the_far_policy_samples():
     b2["next_obs"][far_rows] += 3.0
     new1, _, _ = agent.update(state, b, jax.random.PRNGKey(1))
     new2, _, _ = agent.update(state, b2, jax.random.PRNGKey(1))
-    for x, y in zip(jax.tree_util.tree_leaves(new1["params"]),
-                    jax.tree_util.tree_leaves(new2["params"])):
+    for x, y in zip(jax.tree_util.tree_leaves(new1.params),
+                    jax.tree_util.tree_leaves(new2.params)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
     # ... whereas plain ER uses them
     er = _ddpg("er")
     n1, _, _ = er.update(state, b, jax.random.PRNGKey(1))
     n2, _, _ = er.update(state, b2, jax.random.PRNGKey(1))
     assert any(not np.allclose(x, y) for x, y in zip(
-        jax.tree_util.tree_leaves(n1["params"]), jax.tree_util.tree_leaves(n2["params"])))
+        jax.tree_util.tree_leaves(n1.params), jax.tree_util.tree_leaves(n2.params)))
 
 
 def test_rule2_penalty_pulls_the_actor_towards_behaviour():
     agent = _ddpg("refer2")
     state = agent.init(jax.random.PRNGKey(0))
-    state["refer"]["beta"] = jnp.asarray(0.0)  # penalty only
+    state = state.replace(refer={**state.refer, "beta": jnp.asarray(0.0)})  # penalty only
     b = _batch(agent, state, [0, 1, 2, 3, 4, 5, 6, 7])
-    p = state["params"]
+    p = state.params
     ap = {k: p[k] for k in agent.actor_keys}
     g = jax.grad(agent.actor_loss)(ap, p, b["obs"], 1.0, 0.0, b["mean"])
     eps = 1e-3  # a small step down the gradient lowers the KL to the behaviour means
@@ -360,7 +360,7 @@ def test_naf_q_is_maximised_at_the_mean_and_p_is_positive_definite():
     agent = build_agent(run, (4,), ActionSpec.continuous(-np.ones(3), np.ones(3)))
     state = agent.init(jax.random.PRNGKey(0))
     # larger output weights so that L is far from its near-zero initialisation
-    params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state["params"])
+    params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state.params)
     obs = np.random.default_rng(6).normal(size=(5, 4)).astype(np.float32)
     value, mean, lower = agent.net.apply({"params": params}, obs)
     low = np.asarray(lower, np.float64)

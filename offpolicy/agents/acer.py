@@ -44,8 +44,6 @@ baselines does); RMSProp (A3C's optimiser) with global-norm clipping.
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -53,6 +51,7 @@ import optax
 
 from offpolicy import returns
 from offpolicy.agents.base import AgentContext, sequences
+from offpolicy.agents.types import ACERState
 from offpolicy.config import ACERConfig
 from offpolicy.distributions import Categorical, Gaussian
 from offpolicy.envs.spaces import ActionSpec
@@ -280,17 +279,17 @@ class ACER:
                     if config.max_grad_norm > 0 else opt)
 
     # ------------------------------------------------------------------ state
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> ACERState:
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
         if self.discrete:
             params = self.net.init(key, obs)["params"]
         else:
             actions = jnp.zeros((1, 1, self.m), jnp.float32)
             params = self.net.init(key, obs, actions, method=ContinuousNetwork.init_all)["params"]
-        return {"params": params, "average": params, "opt": self.opt.init(params)}
+        return ACERState(params=params, average=params, opt=self.opt.init(params))
 
-    def acting_params(self, state: dict) -> dict:
-        return state["params"]
+    def acting_params(self, state: ACERState) -> dict:
+        return state.params
 
     # ------------------------------------------------------------------ acting
     def _stats(self, params, obs):
@@ -315,16 +314,17 @@ class ACER:
         return mean, GAUSSIAN.info(mean, std)
 
     # ------------------------------------------------------------------ learning
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: ACERState, batch: dict, key: jax.Array
+               ) -> tuple[ACERState, dict, dict]:
         loss_fn = self._discrete_loss if self.discrete else self._continuous_loss
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state["params"], state["average"], batch, key)
-        upd, opt = self.opt.update(grads, state["opt"], state["params"])
-        params = optax.apply_updates(state["params"], upd)
+            state.params, state.average, batch, key)
+        upd, opt = self.opt.update(grads, state.opt, state.params)
+        params = optax.apply_updates(state.params, upd)
         # theta_a <- alpha theta_a + (1 - alpha) theta, after every update (Algorithms 2-3)
-        average = soft_update(state["average"], params, 1.0 - self.alpha)
+        average = soft_update(state.average, params, 1.0 - self.alpha)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
-        return {"params": params, "average": average, "opt": opt}, metrics, {}
+        return ACERState(params=params, average=average, opt=opt), metrics, {}
 
     def _project(self, g, k):
         if self.config.trust_region:

@@ -62,7 +62,8 @@ Every agent is built as ``Agent(config, obs_shape, action_spec, context)``: the 
 config section, the observation shape, the env's ``ActionSpec`` and an :class:`AgentContext`
 with what the training loop decides for it (the replay choice and its constants, the segment
 length). The agent's state may be any pytree (a dict, a NamedTuple or a ``flax.struct``
-dataclass per role): the learner and checkpoints take it as it is.
+dataclass per role): the learner and checkpoints take it as it is. The package's agents keep
+theirs in the dataclasses of :mod:`offpolicy.agents.types`.
 """
 
 from __future__ import annotations

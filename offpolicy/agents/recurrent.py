@@ -129,14 +129,13 @@ class Recurrence:
             [self.configs[n].module(None).apply({"params": params_by_core[n]}, ctx, final=True)
              for n in self.names], axis=-1)
 
-    # An actor and twin critics with one shared critic core (TD3, SAC; params["actor"] and
-    # params["critic"]["core"]): acting runs the actor and, with a stored core state, records
-    # the critics' core state too.
-    def actor_acting_params(self, params: dict) -> Any:
+    # An actor and twin critics with one shared critic core (TD3, SAC; critic["core"]):
+    # acting runs the actor and, with a stored core state, records the critics' core state
+    # too.
+    def actor_acting_params(self, actor: Any, critic: Any) -> Any:
         """What acting needs: the actor's parameters, and with a stored core state also the
         critics' core."""
-        return ({"actor": params["actor"], "critic_core": params["critic"]["core"]}
-                if self.stored else params["actor"])
+        return {"actor": actor, "critic_core": critic["core"]} if self.stored else actor
 
     def actor_of(self, acting: Any) -> Any:
         """The actor's parameters in what ``actor_acting_params`` returned."""

@@ -37,8 +37,6 @@ behaviour recorded while acting, as without a core.
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -47,6 +45,7 @@ import optax
 
 from offpolicy.agents.base import AgentContext, transitions
 from offpolicy.agents.recurrent import Recurrence
+from offpolicy.agents.types import VRACERState
 from offpolicy.config import VRACERConfig
 from offpolicy.distributions import Gaussian
 from offpolicy.envs.spaces import ActionSpec
@@ -112,10 +111,10 @@ class VRACER:
         self.opt = (refer.annealed_adam(config.lr, replay.anneal) if replay.refer
                     else optax.adam(config.lr))
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> VRACERState:
         params = self.net.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))["params"]
-        return {"params": params, "opt": self.opt.init(params),
-                "refer": refer.init_state(self.replay)}
+        return VRACERState(params=params, opt=self.opt.init(params),
+                           refer=refer.init_state(self.replay))
 
     def loss(self, params, batch, qret, valid, weights, beta, penalty: bool):
         value, mean, std = self.net.apply({"params": params}, batch[OBS])
@@ -135,9 +134,10 @@ class VRACER:
         return loss, {"policy_loss": pg, "value_loss": value_loss, "kl": kl,
                       "std_mean": jnp.mean(std)}
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: VRACERState, batch: dict, key: jax.Array
+               ) -> tuple[VRACERState, dict, dict]:
         c, r = self.config, self.replay
-        params = state["params"]
+        params = state.params
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
         # the pre-update network: rho, v and the refreshed target (Algorithm 3)
@@ -153,14 +153,14 @@ class VRACER:
         has_target = ~jnp.isnan(batch[V_TBC])
         valid = has_target.astype(jnp.float32)
 
-        wt = refer.weighting(r, state["refer"], rho, batch)
+        wt = refer.weighting(r, state.refer, rho, batch)
         (loss, aux), grads = jax.value_and_grad(self.loss, has_aux=True)(
             params, batch, qret, valid, wt.weights, wt.beta, r.rule2)
-        upd, opt = self.opt.update(grads, state["opt"], params)
+        upd, opt = self.opt.update(grads, state.opt, params)
         params = optax.apply_updates(params, upd)
 
         v_tbc = value + jnp.minimum(1.0, rho) * (qret - value)  # Eq. 8, refreshed
-        new_state = {"params": params, "opt": opt, "refer": wt.state}
+        new_state = VRACERState(params=params, opt=opt, refer=wt.state)
         metrics = {"loss": loss, "policy_loss": aux["policy_loss"],
                    "value_loss": aux["value_loss"], "std_mean": aux["std_mean"],
                    "v_mean": jnp.mean(value), "target_fraction": jnp.mean(valid),
@@ -170,8 +170,8 @@ class VRACER:
         td_abs = jnp.where(has_target, jnp.abs(value - jnp.nan_to_num(batch[V_TBC])), jnp.nan)
         return new_state, metrics, writeback | refer.priority(r, td_abs)
 
-    def acting_params(self, state: dict) -> dict:
-        return state["params"]
+    def acting_params(self, state: VRACERState) -> dict:
+        return state.params
 
     def state_value(self, params: dict, obs: jax.Array) -> jax.Array:
         """V(s) [B]: bootstraps the stored targets of a truncated episode from the state it

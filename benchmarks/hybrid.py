@@ -25,10 +25,13 @@ the float64 updates equal). ``--init ours`` against ``--init own`` separates the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from update_parity import critics_to_ours, ours_agent, sac_actor_to_ours, torch_to_ours
+from update_parity import ours_agent, sac_to_ours, torch_to_ours
+
+if TYPE_CHECKING:
+    from offpolicy.agents.types import ActorCritic
 
 INITS = ("own", "ours")
 
@@ -66,15 +69,15 @@ def critics_to_torch(c: dict, q_networks) -> None:
             _load(layer, np.asarray(d["kernel"])[q], np.asarray(d["bias"])[q])
 
 
-def ours_to_torch(params: dict, mu, q_networks) -> None:
+def ours_to_torch(params: ActorCritic, mu, q_networks) -> None:
     """Our TD3 parameter trees (``params``: actor and twin critics) into SB3's actor layers
     ``mu`` and critics ``q_networks``, in place: the inverse of update_parity's
     ``torch_to_ours``."""
     import torch
 
     with torch.no_grad():
-        actor_to_torch(params["actor"], mu)
-        critics_to_torch(params["critic"], q_networks)
+        actor_to_torch(params.actor, mu)
+        critics_to_torch(params.critic, q_networks)
 
 
 def sac_actor_to_torch(tree: dict, actor) -> None:
@@ -92,14 +95,14 @@ def sac_actor_to_torch(tree: dict, actor) -> None:
     _load(actor.log_std, w[:, m:], b[m:])
 
 
-def sac_to_torch(params: dict, actor, q_networks) -> None:
+def sac_to_torch(params: ActorCritic, actor, q_networks) -> None:
     """Our SAC parameter trees into SB3's SAC ``actor`` and critics, in place: the inverse of
     update_parity's ``sac_actor_to_ours`` and ``critics_to_ours``."""
     import torch
 
     with torch.no_grad():
-        sac_actor_to_torch(params["actor"], actor)
-        critics_to_torch(params["critic"], q_networks)
+        sac_actor_to_torch(params.actor, actor)
+        critics_to_torch(params.critic, q_networks)
 
 
 def our_initial_draw(model, env_id: str, seed: int, algo: str = "td3") -> None:
@@ -108,15 +111,14 @@ def our_initial_draw(model, env_id: str, seed: int, algo: str = "td3") -> None:
     and the loop. The copy is read back into our trees and checked leaf by leaf."""
     import jax
 
-    params = ours_agent(env_id, algo).init(jax.random.PRNGKey(seed))["params"]
+    params = ours_agent(env_id, algo).init(jax.random.PRNGKey(seed)).params
     if algo == "td3":
         ours_to_torch(params, model.actor.mu, model.critic.q_networks)
         back = torch_to_ours(model.actor.mu, model.critic.q_networks, params)
         model.actor_target.load_state_dict(model.actor.state_dict())
     elif algo == "sac":
         sac_to_torch(params, model.actor, model.critic.q_networks)
-        back = {"actor": sac_actor_to_ours(model.actor, params["actor"]),
-                "critic": critics_to_ours(model.critic.q_networks, params["critic"])}
+        back = sac_to_ours(model.actor, model.critic.q_networks, params)
     else:
         raise ValueError(f"--init ours is defined for td3 and sac, not {algo!r}")
     for x, y in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(back),
@@ -148,19 +150,18 @@ class OurUpdate:
         self.agent = ours_agent(env_id, algo)
         state = self.agent.init(jax.random.PRNGKey(seed))
         if init == "own":  # SB3's initial draw, copied into our trees
-            tpl = state["params"]
+            tpl = state.params
             if algo == "td3":
                 params = torch_to_ours(model.actor.mu, model.critic.q_networks, tpl)
             else:
-                params = {"actor": sac_actor_to_ours(model.actor, tpl["actor"]),
-                          "critic": critics_to_ours(model.critic.q_networks, tpl["critic"])}
+                params = sac_to_ours(model.actor, model.critic.q_networks, tpl)
             params = jax.tree_util.tree_map(jnp.asarray, params)
             # the targets start as copies (SAC's: the critics' only), in SB3 as in ours
             targets = ({"target": params} if algo == "td3"
-                       else {"target_critic": params["critic"]})
-            state = {**state, "params": params, **targets,
-                     "actor_opt": self.agent.actor_opt.init(params["actor"]),
-                     "critic_opt": self.agent.critic_opt.init(params["critic"])}
+                       else {"target_critic": params.critic})
+            state = state.replace(params=params, **targets,
+                                  actor_opt=self.agent.actor_opt.init(params.actor),
+                                  critic_opt=self.agent.critic_opt.init(params.critic))
         self.state = state
         self.key = jax.random.PRNGKey(seed + 4)
         agent = self.agent
@@ -180,9 +181,9 @@ class OurUpdate:
 
         with torch.no_grad():
             if self.algo == "td3":
-                actor_to_torch(self.state["params"]["actor"], self.model.actor.mu)
+                actor_to_torch(self.state.params.actor, self.model.actor.mu)
             else:
-                sac_actor_to_torch(self.state["params"]["actor"], self.model.actor)
+                sac_actor_to_torch(self.state.params.actor, self.model.actor)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """SB3's ``train`` signature: ``gradient_steps`` of our update on SB3's batches."""

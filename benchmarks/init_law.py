@@ -54,15 +54,15 @@ def ours_draw(agent, algo: str):
     import jax.numpy as jnp
 
     def nets(prm, o, u):
-        q = agent.q(prm["critic"], o, u)
+        q = agent.q(prm.critic, o, u)
         if algo == "td3":
-            return agent.pi(prm["actor"], o), q, None
-        st = agent.stats(prm["actor"], o)
+            return agent.pi(prm.actor, o), q, None
+        st = agent.stats(prm.actor, o)
         return jnp.tanh(st["mean"]), q, jnp.log(st["std"])
 
     f = jax.jit(nets)
     return lambda seed, o, u: [None if x is None else np.asarray(x) for x in
-                               f(agent.init(jax.random.PRNGKey(seed))["params"], o, u)]
+                               f(agent.init(jax.random.PRNGKey(seed)).params, o, u)]
 
 
 def sb3_draw(algo: str, env, seed: int, obs: np.ndarray, act: np.ndarray):

@@ -40,7 +40,16 @@ sys.path.insert(0, str(HERE.parent))
 from benchmarks.throughput import this_machine  # noqa: E402
 from offpolicy import registry  # noqa: E402
 from offpolicy.replay import stored_returns  # noqa: E402
-from offpolicy.replay.storage import ReplayBuffer  # noqa: E402
+from offpolicy.replay.removers import OldestEpisode  # noqa: E402
+from offpolicy.replay.samplers import Sampler, Uniform  # noqa: E402
+from offpolicy.replay.storage import Storage  # noqa: E402
+from offpolicy.replay.table import Table  # noqa: E402
+
+
+class _Storage(Storage):
+    """The storage as the baseline revision's ``propagate`` reads it (its offsets private)."""
+
+    _offset = Storage.offset
 
 # name: (memory slots, episode length, episodes stored, sigma of log rho, what it stands for)
 REGIMES = {
@@ -64,17 +73,18 @@ def filled(slots: int, length: int, episodes: int, sigma: float, seed: int):
     spec = stored_returns.StoredReturn(run.agent.gamma)
     fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
               "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
-    buf = ReplayBuffer(slots, (1,), 1, fields, forget_whole_episodes=True, seed=seed)
+    table = Table(_Storage(slots, (1,), 1, fields), Sampler(Uniform(seed)), OldestEpisode())
     zero, act = np.zeros(1, np.float32), np.zeros(1, np.float32)
     for _ in range(episodes):
-        buf.start_episode(zero)
+        table.start_episode(zero)
         for t in range(length):
-            buf.add(act, float(rng.normal()), False, t == length - 1, zero,
-                    value=np.float32(rng.normal()))
+            table.add(act, float(rng.normal()), False, t == length - 1, zero,
+                      value=np.float32(rng.normal()))
+    buf = table.storage
     buf.extras["rho"][:] = rng.lognormal(0.0, sigma, buf.capacity).clip(1e-3, 1e3)
     for first, last in buf.take_closed_episodes():
         stored_returns.close_episode(buf, spec, first, last)
-    return spec, buf, run.train.batch_size, run.agent.gamma
+    return spec, table, run.train.batch_size, run.agent.gamma
 
 
 def baseline(rev: str):
@@ -131,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in a.regimes:
         slots, length, episodes, sigma, _ = REGIMES[name]
-        spec, buf, batch, gamma = filled(slots, length, episodes, sigma, seed=0)
+        spec, table, batch, gamma = filled(slots, length, episodes, sigma, seed=0)
+        buf = table.storage
         rng = np.random.default_rng(1)
-        batches = [(buf.sample_indices(batch), rng.normal(size=batch) * 10.0)
+        batches = [(table.sampler.selector.draw(buf, batch)[0], rng.normal(size=batch) * 10.0)
                    for _ in range(a.updates)]
         closed = buf.extras[spec.target].copy()
         impls = {"current": stored_returns.propagate, a.baseline_rev: old}

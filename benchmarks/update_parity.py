@@ -44,8 +44,12 @@ import argparse
 import csv
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from offpolicy.agents.types import ActorCritic, TD3State
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -111,12 +115,14 @@ def linear(layer) -> tuple[np.ndarray, np.ndarray]:
     return layer.weight.detach().numpy().T.copy(), layer.bias.detach().numpy().copy()
 
 
-def torch_to_ours(mu, q_networks, template: dict) -> dict:
+def torch_to_ours(mu, q_networks, template: ActorCritic) -> ActorCritic:
     """SB3's actor (``mu``, its layers) and twin critics (``q_networks``) as our parameter
     trees (same structure as ``template``): the online networks or the targets."""
-    return {"actor": mlp_to_ours([linear(m) for m in mu if hasattr(m, "weight")],
-                                 template["actor"]),
-            "critic": critics_to_ours(q_networks, template["critic"])}
+    from offpolicy.agents.types import ActorCritic
+
+    return ActorCritic(mlp_to_ours([linear(m) for m in mu if hasattr(m, "weight")],
+                                   template.actor),
+                       critics_to_ours(q_networks, template.critic))
 
 
 def mlp_to_ours(layers: list[tuple[np.ndarray, np.ndarray]], template: dict) -> dict:
@@ -140,6 +146,14 @@ def sac_actor_to_ours(actor, template: dict) -> dict:
     (wm, bm), (ws, bs) = linear(actor.mu), linear(actor.log_std)
     return mlp_to_ours(torso + [(np.concatenate([wm, ws], axis=1), np.concatenate([bm, bs]))],
                        template)
+
+
+def sac_to_ours(actor, q_networks, template: ActorCritic) -> ActorCritic:
+    """SB3's SAC actor and twin critics as our parameter trees (structure of ``template``)."""
+    from offpolicy.agents.types import ActorCritic
+
+    return ActorCritic(sac_actor_to_ours(actor, template.actor),
+                       critics_to_ours(q_networks, template.critic))
 
 
 def critics_to_ours(q_networks, c_tpl: dict) -> dict:
@@ -223,7 +237,7 @@ TD3_GROUPS = (("actor", "params", "actor"), ("critics", "params", "critic"),
               ("actor_target", "target", "actor"), ("critic_targets", "target", "critic"))
 
 
-def td3_rows(model, state: dict, update, theirs, dtype: str, np_dtype: type, updates: int,
+def td3_rows(model, state: TD3State, update, theirs, dtype: str, np_dtype: type, updates: int,
              seed: int, sample_of, loss_name: str, loss_scale: float) -> list[dict]:
     """Run ``updates`` TD3 updates on both sides, the peer ``model`` (SB3 or SBX, its replay
     sampling replaced by ``sample_of(batch)``) and ours (``update`` from ``state``), and return
@@ -233,7 +247,7 @@ def td3_rows(model, state: dict, update, theirs, dtype: str, np_dtype: type, upd
     import jax.numpy as jnp
 
     rows = []
-    a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
+    a0 = jax.tree_util.tree_map(np.asarray, state.params.actor)
     for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
         b = {k: v.astype(np_dtype) for k, v in b.items()}
         sample = sample_of(b)
@@ -244,9 +258,10 @@ def td3_rows(model, state: dict, update, theirs, dtype: str, np_dtype: type, upd
                                    jax.random.PRNGKey(i))
         t = theirs()
         row = {"dtype": dtype, "update": i, "critic_loss_ours": float(metrics["critic_loss"]),
-               loss_name: peer_loss, "actor_moved": diff(state["params"]["actor"], a0)[0]}
+               loss_name: peer_loss, "actor_moved": diff(state.params.actor, a0)[0]}
         for name, part, net in TD3_GROUPS:
-            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part][net], t[part][net])
+            row[f"{name}_max"], row[f"{name}_off"] = diff(getattr(getattr(state, part), net),
+                                                          getattr(t[part], net))
         rows.append(row)
     return rows
 
@@ -260,11 +275,11 @@ def compare_td3(dtype: str, updates: int, seed: int) -> list[dict]:
                                  model.critic_target))
     agent = ours_agent(algo="td3", policy_noise=0.0)
     state = agent.init(jax.random.PRNGKey(seed))
-    params = cast(torch_to_ours(model.actor.mu, model.critic.q_networks, state["params"]),
+    params = cast(torch_to_ours(model.actor.mu, model.critic.q_networks, state.params),
                   np_dtype)
-    state = cast({**state, "params": params, "target": params,
-                  "actor_opt": agent.actor_opt.init(params["actor"]),
-                  "critic_opt": agent.critic_opt.init(params["critic"])}, np_dtype)
+    state = cast(state.replace(params=params, target=params,
+                               actor_opt=agent.actor_opt.init(params.actor),
+                               critic_opt=agent.critic_opt.init(params.critic)), np_dtype)
     update = jax.jit(agent.update)
 
     def theirs() -> dict:
@@ -312,23 +327,22 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
         state = agent.init(jax.random.PRNGKey(seed))
 
         def theirs(template) -> dict:
-            return {"actor": sac_actor_to_ours(model.actor, template["params"]["actor"]),
-                    "critic": critics_to_ours(model.critic.q_networks,
-                                              template["params"]["critic"]),
+            return {"params": sac_to_ours(model.actor, model.critic.q_networks,
+                                          template.params),
                     "target_critic": critics_to_ours(model.critic_target.q_networks,
-                                                     template["target_critic"]),
+                                                     template.target_critic),
                     "log_alpha": float(model.log_ent_coef.detach().numpy()[0])}
 
         t0 = theirs(state)
-        params = {"actor": t0["actor"], "critic": t0["critic"]}
-        state = cast({**state, "params": params, "target_critic": t0["target_critic"],
-                      "log_alpha": t0["log_alpha"],
-                      "actor_opt": agent.actor_opt.init(params["actor"]),
-                      "critic_opt": agent.critic_opt.init(params["critic"]),
-                      "alpha_opt": agent.alpha_opt.init(jnp.asarray(0.0, np_dtype))}, np_dtype)
+        params = t0["params"]
+        state = cast(state.replace(
+            params=params, target_critic=t0["target_critic"], log_alpha=t0["log_alpha"],
+            actor_opt=agent.actor_opt.init(params.actor),
+            critic_opt=agent.critic_opt.init(params.critic),
+            alpha_opt=agent.alpha_opt.init(jnp.asarray(0.0, np_dtype))), np_dtype)
         update = jax.jit(agent.update)
         rows = []
-        a0 = jax.tree_util.tree_map(np.asarray, state["params"]["actor"])
+        a0 = jax.tree_util.tree_map(np.asarray, state.params.actor)
         for i, b in enumerate(batches(np.random.default_rng(seed), updates), start=1):
             b = {k: v.astype(np_dtype) for k, v in b.items()}
             key = jax.random.PRNGKey(i)
@@ -346,13 +360,13 @@ def compare_sac(dtype: str, updates: int, seed: int) -> list[dict]:
             row = {"dtype": dtype, "update": i,
                    "critic_loss_ours": float(metrics["critic_loss"]),
                    "critic_loss_sb3": sb3_loss,
-                   "actor_moved": diff(state["params"]["actor"], a0)[0]}
-            for name, ours, other in (("actor", state["params"]["actor"], t["actor"]),
-                                      ("critics", state["params"]["critic"], t["critic"]),
-                                      ("critic_targets", state["target_critic"],
+                   "actor_moved": diff(state.params.actor, a0)[0]}
+            for name, ours, other in (("actor", state.params.actor, t["params"].actor),
+                                      ("critics", state.params.critic, t["params"].critic),
+                                      ("critic_targets", state.target_critic,
                                        t["target_critic"])):
                 row[f"{name}_max"], row[f"{name}_off"] = diff(ours, other)
-            row["log_alpha_diff"] = abs(float(state["log_alpha"]) - t["log_alpha"])
+            row["log_alpha_diff"] = abs(float(state.log_alpha) - t["log_alpha"])
             rows.append(row)
         return rows
     finally:
@@ -374,7 +388,7 @@ def sbx_model(seed: int):
     return model
 
 
-def sbx_to_ours(actor_params: dict, qf_params: dict, template: dict) -> dict:
+def sbx_to_ours(actor_params: dict, qf_params: dict, template: ActorCritic) -> ActorCritic:
     """SBX's actor and vmapped twin critics (Flax trees, kernels [in, out]; the critics'
     stacked on a leading axis of 2) as our parameter trees (structure of ``template``)."""
     a = actor_params["params"]
@@ -384,8 +398,10 @@ def sbx_to_ours(actor_params: dict, qf_params: dict, template: dict) -> dict:
     critics = [[(np.asarray(vc[f"Dense_{i}"]["kernel"][j]),
                  np.asarray(vc[f"Dense_{i}"]["bias"][j])) for i in range(len(vc))]
                for j in range(2)]
-    return {"actor": mlp_to_ours(actor, template["actor"]),
-            "critic": critic_layers_to_ours(critics, template["critic"])}
+    from offpolicy.agents.types import ActorCritic
+
+    return ActorCritic(mlp_to_ours(actor, template.actor),
+                       critic_layers_to_ours(critics, template.critic))
 
 
 def compare_td3_sbx(dtype: str, updates: int, seed: int, critic_eps: float = 2e-8) -> list[dict]:
@@ -414,15 +430,15 @@ def compare_td3_sbx(dtype: str, updates: int, seed: int, critic_eps: float = 2e-
 
     def theirs() -> dict:
         return {"params": sbx_to_ours(pol.actor_state.params, pol.qf_state.params,
-                                      state["params"]),
+                                      state.params),
                 "target": sbx_to_ours(pol.actor_state.target_params,
-                                      pol.qf_state.target_params, state["params"])}
+                                      pol.qf_state.target_params, state.params)}
 
     t0 = theirs()
     params = t0["params"]
-    state = cast({**state, "params": params, "target": t0["target"],
-                  "actor_opt": agent.actor_opt.init(params["actor"]),
-                  "critic_opt": agent.critic_opt.init(params["critic"])}, np_dtype)
+    state = cast(state.replace(params=params, target=t0["target"],
+                               actor_opt=agent.actor_opt.init(params.actor),
+                               critic_opt=agent.critic_opt.init(params.critic)), np_dtype)
     update = jax.jit(agent.update)
     discount = torch.float64 if dtype == "float64" else torch.float32
 
@@ -465,15 +481,15 @@ def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
 
     def theirs(net) -> dict:  # SB3's Q network: our torso's MLP, then the linear head
         layers = [linear(m) for m in net.q_net if hasattr(m, "weight")]
-        tpl = state["params"]
+        tpl = state.params
         (w, b) = layers[-1]
         assert w.shape == tpl["Dense_0"]["kernel"].shape, (w.shape, "the head")
         return {"Torso_0": mlp_to_ours(layers[:-1], tpl["Torso_0"]),
                 "Dense_0": {"kernel": w, "bias": b}}
 
     params = theirs(model.q_net)
-    state = cast({**state, "params": params, "target": theirs(model.q_net_target),
-                  "opt": agent.opt.init(params)}, np_dtype)
+    state = cast(state.replace(params=params, target=theirs(model.q_net_target),
+                               opt=agent.opt.init(params)), np_dtype)
     update = jax.jit(agent.update)
     norms: list[float] = []  # the gradient norm SB3 clips (at max_grad_norm 10)
     clip = torch.nn.utils.clip_grad_norm_
@@ -486,7 +502,7 @@ def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
     torch.nn.utils.clip_grad_norm_ = recording_clip
     rng = np.random.default_rng(seed)
     rows = []
-    p0 = jax.tree_util.tree_map(np.asarray, state["params"])
+    p0 = jax.tree_util.tree_map(np.asarray, state.params)
     for i in range(1, updates + 1):
         done = (rng.random(DQN_BATCH) < 0.25).astype(np_dtype)
         scale = 1.0 if i % 2 else 30.0  # every second batch: a gradient norm past the clip
@@ -505,10 +521,10 @@ def compare_dqn(dtype: str, updates: int, seed: int) -> list[dict]:
                                    jax.random.PRNGKey(i))
         row = {"dtype": dtype, "update": i, "loss_ours": float(metrics["loss"]),
                "loss_sb3": sb3_loss, "grad_norm_sb3": norms[0],
-               "q_moved": diff(state["params"], p0)[0]}
-        for name, part, net in (("q", "params", model.q_net),
-                                ("q_target", "target", model.q_net_target)):
-            row[f"{name}_max"], row[f"{name}_off"] = diff(state[part], theirs(net))
+               "q_moved": diff(state.params, p0)[0]}
+        for name, ours, net in (("q", state.params, model.q_net),
+                                ("q_target", state.target, model.q_net_target)):
+            row[f"{name}_max"], row[f"{name}_off"] = diff(ours, theirs(net))
         rows.append(row)
     torch.nn.utils.clip_grad_norm_ = clip
     return rows

@@ -29,9 +29,9 @@ carried along). Step t is the transition (s_t, a_t, r_t, s_{t+1}):
   may even hold NaN) and their outputs are exactly 0.
 * ``episode_ends[t]`` (optional, default none): true where step t is the last step of its
   episode (terminated or truncated). Only windows that run on into the next episode need it
-  (e.g. an on-policy rollout kept whole); replay's windows (``sample_sequences``,
-  ``sample_episodes``, ``recent_segments``) never do, and there ``mask`` and ``discounts``
-  already say everything.
+  (e.g. an on-policy rollout kept whole); replay's windows (sequences and episodes,
+  ``recent_segments``: ``offpolicy.replay.samplers``) never do, and there ``mask`` and
+  ``discounts`` already say everything.
 
 The recursion at step t looks at step t + 1 only if step t + 1 continues step t's episode
 inside the window: t + 1 < T, ``mask[t + 1]`` = 1 and not ``episode_ends[t]``. Otherwise step

@@ -22,7 +22,7 @@ def make_agent(algo="ace", **over):
 
 def random_params(agent, seed=0):
     """Initialised params with every leaf redrawn at unit scale, so values are far from 0."""
-    params = agent.init(jax.random.PRNGKey(seed))["params"]
+    params = agent.init(jax.random.PRNGKey(seed)).params
     leaves, tree = jax.tree_util.tree_flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
     leaves = [0.5 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
@@ -102,7 +102,7 @@ def test_depth_zero_is_ensemble_ddpg_critic():
     np.testing.assert_allclose(np.asarray(ace.q_tree(p, z, b, 0)),
                                np.asarray(ens._call(ens_params, type(ens.net).q, z, b)),
                                rtol=1e-6)
-    assert set(ens.init(jax.random.PRNGKey(0))["params"]) == set(ens_params)
+    assert set(ens.init(jax.random.PRNGKey(0)).params) == set(ens_params)
 
 
 def _hand_actor_grad(agent, p, obs, weights):
@@ -206,11 +206,11 @@ def test_tm_ace_trains_q_alone_with_transition_loss():
     _, metrics, _ = agent.update(state, batch, jax.random.PRNGKey(0))
     assert {"transition_loss", "reward_loss", "critic_loss"} <= set(metrics)
     # the transition loss is 1/2 mean ||f_trans(z, a) - f_enc'(s')||^2
-    p = state["params"]
+    p = state.params
     net = type(agent.net)
     z = agent._call(p, net.encode, batch["obs"])
     z1 = agent._call(p, net.trans, z, batch["action"][:, None])[:, 0]
-    zt = agent._call(state["target"], net.encode, batch["next_obs"])
+    zt = agent._call(state.target, net.encode, batch["next_obs"])
     np.testing.assert_allclose(float(metrics["transition_loss"]),
                                0.5 * float(jnp.mean((z1 - zt) ** 2)), rtol=1e-5)
 
@@ -241,7 +241,7 @@ def test_update_compiles_once_and_runs(tmp_path, algo):
     summary = t.train()
     assert summary["status"] == "completed" and t.step == 300
     assert t.compile_count == 1
-    chosen = t.replay.extras["actor"][: t.replay.size][t.replay.valid[: t.replay.size]]
+    chosen = t.replay.valid_values("actor")
     assert chosen.min() >= 0 and chosen.max() < 3
     header = (tmp_path / "run" / "train.csv").read_text().splitlines()[0]
     assert "critic_loss" in header and "actor_loss" in header

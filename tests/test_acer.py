@@ -85,9 +85,9 @@ def agent_and_state(discrete: bool, seed: int = 0, params_noise: float = 0.5,
     agent = make_agent(discrete, **overrides)
     k_init, k_p, k_a = jax.random.split(jax.random.PRNGKey(seed), 3)
     state = agent.init(k_init)
-    params = perturbed(state["params"], k_p, params_noise)
+    params = perturbed(state.params, k_p, params_noise)
     average = perturbed(params, k_a, average_noise)
-    return agent, {"params": params, "average": average, "opt": agent.opt.init(params)}
+    return agent, state.replace(params=params, average=average, opt=agent.opt.init(params))
 
 
 def window_flags():
@@ -282,7 +282,7 @@ def test_discrete_loss_matches_algorithm_2(case, recorded):
     agent, state = agent_and_state(True, truncation=1.5, entropy_weight=0.05,
                                    trust_region_delta=0.5, **DISCRETE_CASES[case])
     batch = make_batch(np.random.default_rng(1), True)
-    params, average = state["params"], state["average"]
+    params, average = state.params, state.average
     ref = reference_discrete(agent, params, average, batch)
     # the batch exercises what it should: truncation, and both sides of the trust region
     assert 0 < ref["metrics"]["truncated_fraction"] < 1
@@ -413,7 +413,7 @@ def test_continuous_loss_matches_algorithm_3(case, recorded):
     """Q^ret with c_i = min(1, rho_i^(1/d)) and Q^opc (recorded), the SDN's Q~, V^target,
     Eq. 16's g, the trust region, every metric and the loss gradient against Algorithm 3."""
     agent, state = agent_and_state(False, truncation=1.0, **CONTINUOUS_CASES[case])
-    params, average = state["params"], state["average"]
+    params, average = state.params, state.average
     batch = make_batch(np.random.default_rng(2), False, agent.net.apply, params)
     key = jax.random.PRNGKey(3)
     ref = reference_continuous(agent, params, average, batch, key)
@@ -708,14 +708,14 @@ def test_average_network_moves_by_one_minus_alpha_of_the_gap(discrete):
     assert agent.alpha == (0.99 if discrete else 0.995)
     assert agent.c == (10.0 if discrete else 5.0)
     rng = np.random.default_rng(4)
-    batch = make_batch(rng, discrete, agent.net.apply, state["params"])
+    batch = make_batch(rng, discrete, agent.net.apply, state.params)
     update = jax.jit(agent.update)
     for i in range(2):
-        old = state["average"]
+        old = state.average
         state, metrics, _ = update(state, batch, jax.random.PRNGKey(i))
         assert float(metrics["grad_norm"]) > 0
-        gap = jax.tree_util.tree_map(lambda o, p: np64(p) - np64(o), old, state["params"])
-        moved = jax.tree_util.tree_map(lambda o, a: np64(a) - np64(o), old, state["average"])
+        gap = jax.tree_util.tree_map(lambda o, p: np64(p) - np64(o), old, state.params)
+        moved = jax.tree_util.tree_map(lambda o, a: np64(a) - np64(o), old, state.average)
         jax.tree_util.tree_map(
             lambda mv, gp: np.testing.assert_allclose(mv, (1 - agent.alpha) * gp, rtol=1e-4,
                                                       atol=5e-7), moved, gap)
@@ -746,33 +746,33 @@ def test_update_on_all_padded_batch_is_finite_and_inert(discrete):
         assert np.all(np.isfinite(np.asarray(leaf)))
     assert float(metrics["grad_norm"]) == 0.0 and float(metrics["loss"]) == 0.0
     assert float(metrics["valid_fraction"]) == 0.0
-    jax.tree_util.tree_map(np.testing.assert_array_equal, new["params"], state["params"])
+    jax.tree_util.tree_map(np.testing.assert_array_equal, new.params, state.params)
 
 
 # --------------------------------------------------------------------------- acting
 def test_policy_discrete_mode_and_sample():
     agent, state = agent_and_state(True, params_noise=1.0)
     obs = np.random.default_rng(0).normal(size=(16, OBS_DIM)).astype(np.float32)
-    logits, _ = agent.net.apply({"params": state["params"]}, obs)
-    action, info = agent.policy(state["params"], obs, jax.random.PRNGKey(0), False)
+    logits, _ = agent.net.apply({"params": state.params}, obs)
+    action, info = agent.policy(state.params, obs, jax.random.PRNGKey(0), False)
     assert action.shape == (16, 1) and action.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(action[:, 0]), np.argmax(np.asarray(logits), -1))
     assert len(set(np.asarray(action[:, 0]).tolist())) > 1  # not a constant argmax
     np.testing.assert_allclose(np.asarray(info["probs"]), softmax(np64(logits)), rtol=1e-5,
                                atol=1e-7)
-    action, info = agent.policy(state["params"], obs, jax.random.PRNGKey(0), True)
+    action, info = agent.policy(state.params, obs, jax.random.PRNGKey(0), True)
     assert action.shape == (16, 1) and set(info) == set(agent.behaviour_fields)
 
 
 def test_policy_continuous_mean_and_sample():
     agent, state = agent_and_state(False, params_noise=1.0)
     obs = np.random.default_rng(0).normal(size=(16, OBS_DIM)).astype(np.float32)
-    phi, _ = agent.net.apply({"params": state["params"]}, obs)
-    action, info = agent.policy(state["params"], obs, jax.random.PRNGKey(0), False)
+    phi, _ = agent.net.apply({"params": state.params}, obs)
+    action, info = agent.policy(state.params, obs, jax.random.PRNGKey(0), False)
     np.testing.assert_array_equal(np.asarray(action), np.asarray(phi))
     np.testing.assert_array_equal(np.asarray(info["mean"]), np.asarray(phi))
     np.testing.assert_allclose(np.asarray(info["std"]), 0.3)
-    action, info = agent.policy(state["params"], obs, jax.random.PRNGKey(0), True)
+    action, info = agent.policy(state.params, obs, jax.random.PRNGKey(0), True)
     assert action.shape == (16, ACTION_DIM)
     assert not np.allclose(np.asarray(action), np.asarray(phi))
     np.testing.assert_array_equal(np.asarray(info["mean"]), np.asarray(phi))

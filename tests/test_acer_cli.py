@@ -70,11 +70,11 @@ def test_on_policy_and_replay_only_cadences_learn_and_log(tmp_path):
 def test_resume_restores_the_average_network(tmp_path):
     r = _run(tmp_path)
     r.train()
-    average = jax.tree_util.tree_leaves(r.learner.state["average"])
-    params = jax.tree_util.tree_leaves(r.learner.state["params"])
+    average = jax.tree_util.tree_leaves(r.learner.state.average)
+    params = jax.tree_util.tree_leaves(r.learner.state.params)
     assert any(not np.array_equal(a, p) for a, p in zip(average, params))
     again = _run(tmp_path, resume=True)
-    for a, b in zip(average, jax.tree_util.tree_leaves(again.learner.state["average"])):
+    for a, b in zip(average, jax.tree_util.tree_leaves(again.learner.state.average)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 

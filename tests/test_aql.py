@@ -33,20 +33,20 @@ def test_sampled_argmax_equals_exact_argmax_on_a_small_action_set():
     exact = _agent(spec, search="exact")
     state = exact.init(jax.random.PRNGKey(0))
     obs = jax.random.normal(jax.random.PRNGKey(1), (50, 3))
-    a_exact, q_exact, _ = exact.argmax(state["params"], state["params"]["q"], obs,
+    a_exact, q_exact, _ = exact.argmax(state.params, state.params["q"], obs,
                                        jax.random.PRNGKey(2))
     for search in ("proposal", "uniform"):
         for lookup in (False, True):
             agent = _agent(spec, search=search, lookup=lookup)
             assert (agent.table is not None) == lookup
             s = agent.init(jax.random.PRNGKey(0))  # same Q parameters (same key and layout)
-            a, q, _ = agent.argmax(s["params"], state["params"]["q"], obs,
+            a, q, _ = agent.argmax(s.params, state.params["q"], obs,
                                    jax.random.PRNGKey(3))
             np.testing.assert_array_equal(np.asarray(a), np.asarray(a_exact))
             np.testing.assert_allclose(q, q_exact, rtol=1e-6)
     # and exact really is the maximum over every action
     every = exact.all_actions
-    q_all = exact.q_values(state["params"]["q"], obs, jnp.broadcast_to(every, (50, 6, 2)))
+    q_all = exact.q_values(state.params["q"], obs, jnp.broadcast_to(every, (50, 6, 2)))
     np.testing.assert_allclose(q_exact, np.max(np.asarray(q_all), -1), rtol=1e-6)
 
 
@@ -65,12 +65,12 @@ def test_table_lookup_changes_nothing_but_the_work(spec):
     state = plain.init(jax.random.PRNGKey(0))
     obs = jax.random.normal(jax.random.PRNGKey(1), (7, 4, 3))
     key = jax.random.PRNGKey(2)
-    acts, _ = plain.candidates(state["params"], obs, key)
-    np.testing.assert_allclose(table.candidate_q_values(state["params"]["q"], obs, acts),
-                               plain.q_values(state["params"]["q"], obs, acts), rtol=1e-5,
+    acts, _ = plain.candidates(state.params, obs, key)
+    np.testing.assert_allclose(table.candidate_q_values(state.params["q"], obs, acts),
+                               plain.q_values(state.params["q"], obs, acts), rtol=1e-5,
                                atol=1e-6)
-    a0, q0, i0 = plain.argmax(state["params"], state["params"]["q"], obs, key)
-    a1, q1, i1 = table.argmax(state["params"], state["params"]["q"], obs, key)
+    a0, q0, i0 = plain.argmax(state.params, state.params["q"], obs, key)
+    a1, q1, i1 = table.argmax(state.params, state.params["q"], obs, key)
     np.testing.assert_array_equal(np.asarray(a0), np.asarray(a1))
     np.testing.assert_allclose(q0, q1, rtol=1e-5, atol=1e-6)
     for name in ("from_proposal", "q_gap", "first_uniform", "proposal_sample"):
@@ -92,9 +92,9 @@ def test_exact_search_in_chunks_is_the_brute_force_argmax(rows):
     agent = _agent(spec, search="exact", exact_rows=rows)
     state = agent.init(jax.random.PRNGKey(0))
     obs = jax.random.normal(jax.random.PRNGKey(1), (3, 2, 3))
-    a, q, _ = agent.argmax(state["params"], state["params"]["q"], obs, jax.random.PRNGKey(2))
+    a, q, _ = agent.argmax(state.params, state.params["q"], obs, jax.random.PRNGKey(2))
     every = np.asarray(agent.all_actions)
-    q_all = np.asarray(agent.q_values(state["params"]["q"], obs,
+    q_all = np.asarray(agent.q_values(state.params["q"], obs,
                                       jnp.broadcast_to(every, (3, 2, 60, 3))))
     np.testing.assert_array_equal(np.asarray(a), every[np.argmax(q_all, -1)])
     np.testing.assert_allclose(q, q_all.max(-1), rtol=1e-5, atol=1e-6)
@@ -104,9 +104,9 @@ def test_exact_search_breaks_ties_to_the_first_action_across_chunks():
     """A constant Q: every action ties, and the running max over chunks keeps the first."""
     agent = _agent(_md([4, 3, 5]), search="exact", exact_rows=42)  # 9 chunks at 6 states
     state = agent.init(jax.random.PRNGKey(0))
-    q = jax.tree_util.tree_map(jnp.zeros_like, state["params"]["q"])
+    q = jax.tree_util.tree_map(jnp.zeros_like, state.params["q"])
     obs = jax.random.normal(jax.random.PRNGKey(1), (3, 2, 3))
-    a, v, _ = agent.argmax(state["params"], q, obs, jax.random.PRNGKey(2))
+    a, v, _ = agent.argmax(state.params, q, obs, jax.random.PRNGKey(2))
     np.testing.assert_array_equal(np.asarray(a), np.zeros((3, 2, 3)))
     np.testing.assert_array_equal(np.asarray(v), np.zeros((3, 2)))
 
@@ -150,7 +150,7 @@ def test_update_targets_are_pengs_q_lambda(monkeypatch):
     # the reference's next values: Q(s_{t+1}, argmax_a Q(s_{t+1}, a)) over every action
     obs = jnp.asarray(batch["obs"][1:])
     every = jnp.broadcast_to(agent.all_actions, (t_len, b, 6, 2))
-    next_q = np.max(np.asarray(agent.q_values(state["params"]["q"], obs, every)), -1)
+    next_q = np.max(np.asarray(agent.q_values(state.params["q"], obs, every)), -1)
     c = agent.config
     expected = _peng_reference(batch["reward"], batch["discount"], next_q, batch["mask"],
                                c.gamma, c.lambda_)
@@ -193,8 +193,8 @@ def test_update_trains_q_and_proposal_and_is_finite_on_padding(spec):
     assert metrics["proposal_entropy"].shape == (spec.flat_dim,)
     for part in ("q", "proposal"):
         moved = [not np.allclose(a, b) for a, b in zip(
-            jax.tree_util.tree_leaves(state["params"][part]),
-            jax.tree_util.tree_leaves(new["params"][part]))]
+            jax.tree_util.tree_leaves(state.params[part]),
+            jax.tree_util.tree_leaves(new.params[part]))]
         assert any(moved), part
 
 
@@ -202,11 +202,11 @@ def test_greedy_policy_is_the_argmax_and_exploring_takes_uniform_samples():
     agent = _agent(_md([3, 2]), search="exact", epsilon=1.0, explore_epsilon=1.0)
     state = agent.init(jax.random.PRNGKey(0))
     obs = jax.random.normal(jax.random.PRNGKey(1), (6, 3))
-    greedy, _ = agent.policy(state["params"], obs, jax.random.PRNGKey(2), False)
-    a_star, _, _ = agent.argmax(state["params"], state["params"]["q"], obs,
+    greedy, _ = agent.policy(state.params, obs, jax.random.PRNGKey(2), False)
+    a_star, _, _ = agent.argmax(state.params, state.params["q"], obs,
                                 jax.random.split(jax.random.PRNGKey(2))[0])
     np.testing.assert_array_equal(greedy, a_star)
-    explored = np.stack([np.asarray(agent.policy(state["params"], obs, jax.random.PRNGKey(i),
+    explored = np.stack([np.asarray(agent.policy(state.params, obs, jax.random.PRNGKey(i),
                                                  True)[0]) for i in range(30)])
     assert len({tuple(x) for x in explored.reshape(-1, 2)}) == 6  # every action shows up
 

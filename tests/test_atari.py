@@ -20,7 +20,9 @@ from offpolicy.envs.make import (
 from offpolicy.envs.wrappers import ObsNormalizer
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import NatureCNN, is_image
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay.samplers import gather
+from offpolicy.replay.storage import Storage
+from offpolicy.replay.table import Table
 from offpolicy.training.collector import Collector
 from offpolicy.training.learner import ActingState
 from offpolicy.training.run import Run
@@ -99,9 +101,9 @@ def test_replay_and_collector_keep_uint8_frames():
     spec, shape, dtype = action_spec(probe), observation_shape(probe), observation_dtype(probe)
     probe.close()
     # built the way run.py builds it: the 4 stacked frames stored once each
-    replay = ReplayBuffer(64, shape, spec.flat_dim, {}, obs_dtype=dtype, seed=0, num_streams=1,
-                          frame_stack=frame_stack(probe))
-    assert replay.obs.dtype == np.uint8 and replay.obs.shape == (64, 84, 84)
+    replay = Table(Storage(64, shape, spec.flat_dim, {}, obs_dtype=dtype, num_streams=1,
+                           frame_stack=frame_stack(probe)))
+    assert replay.storage.obs.dtype == np.uint8 and replay.storage.obs.shape == (64, 84, 84)
     # the replay buffer is a sink; random actions need no policy
     collector = Collector(PONG, 1, 0, spec, replay, None,
                           ActingState(0, None, ObsNormalizer((), False)), None, {})
@@ -116,7 +118,7 @@ def test_replay_and_collector_keep_uint8_frames():
     finally:
         collector.close()
     idx = np.arange(8)
-    batch = replay.gather(idx)
+    batch = gather(replay.storage, idx)
     assert batch["obs"].dtype == np.uint8 and batch["next_obs"].dtype == np.uint8
     assert batch["obs"].shape == (8, 84, 84, 4)
     assert batch["obs"].any()  # real frames, not the zeros replay starts with

@@ -40,7 +40,7 @@ def test_stop_on_return_stops_with_a_checkpoint_and_the_run_resumes(tmp_path):
 
     again = offpolicy.make("ddpg", env="Pendulum-v1", seed=0, run_dir=run_dir, resume=True,
                            **TINY)
-    assert again.step == 200 and again.run.replay.num_valid == 200
+    assert again.step == 200 and len(again.run.replay) == 200
     views, record = _recorder()
     out = again.learn(100, callback=record)
     again.close()
@@ -118,7 +118,7 @@ def test_checkpoint_every_keeps_snapshots_that_load_and_resume(tmp_path):
     loaded = offpolicy.load(snap)
     assert loaded.step == 200 and np.all(np.isfinite(loaded.act(np.zeros(3, np.float32))))
     again = offpolicy.make("ddpg", env="Pendulum-v1", seed=0, run_dir=snap, resume=True, **TINY)
-    assert again.step == 200 and again.run.replay.num_valid == 200
+    assert again.step == 200 and len(again.run.replay) == 200
     assert again.learn(100)["step"] == 300
     again.close()
 

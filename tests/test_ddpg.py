@@ -24,7 +24,7 @@ def make_agent(algo="ddpg", **over):
 
 
 def random_params(agent, seed=0):
-    params = agent.init(jax.random.PRNGKey(seed))["params"]
+    params = agent.init(jax.random.PRNGKey(seed)).params
     leaves, tree = jax.tree_util.tree_flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
     return jax.tree_util.tree_unflatten(
@@ -132,9 +132,9 @@ def test_update_returns_protocol_triple_and_moves_targets_by_tau():
     new, metrics, writeback = agent.update(state, batch(), jax.random.PRNGKey(1))
     assert writeback == {} and {"critic_loss", "actor_loss", "q_mean"} <= set(metrics)
     tau = agent.config.tau
-    for t0, p1, t1 in zip(jax.tree_util.tree_leaves(state["target"]),
-                          jax.tree_util.tree_leaves(new["params"]),
-                          jax.tree_util.tree_leaves(new["target"])):
+    for t0, p1, t1 in zip(jax.tree_util.tree_leaves(state.target),
+                          jax.tree_util.tree_leaves(new.params),
+                          jax.tree_util.tree_leaves(new.target)):
         np.testing.assert_allclose(np.asarray(t1), np.asarray(t0 + tau * (p1 - t0)),
                                    rtol=1e-5, atol=1e-7)
 
@@ -155,7 +155,7 @@ def _layers(params):
 @pytest.mark.parametrize("scheme", ["orthogonal", "refer", "lillicrap", "torch", "flax"])
 def test_initialisation_schemes(scheme):
     agent = make_agent(init=scheme, hidden=(64, 48))
-    params = agent.init(jax.random.PRNGKey(0))["params"]
+    params = agent.init(jax.random.PRNGKey(0)).params
     for name, kernel, bias in _layers(params):
         fan_in, output = kernel.shape[0], "Dense_1" in name and "MLP" in name  # 48 -> out
         bound = 1 / np.sqrt(fan_in)
@@ -193,7 +193,7 @@ def test_action_at_the_critic_input_matches_a_reference():
     assert all(np.abs(np.asarray(x)).max() > 0 for x in jax.tree_util.tree_leaves(g))
     state = agent.init(jax.random.PRNGKey(0))
     new, _, _ = agent.update(state, batch(), jax.random.PRNGKey(1))
-    assert new["params"]["critic_encoder"]["Dense_0"]["kernel"].shape == (OBS + M, 8)
+    assert new.params["critic_encoder"]["Dense_0"]["kernel"].shape == (OBS + M, 8)
 
 
 def test_action_at_input_needs_separate_first_layers_and_sb3_preset_resolves():

@@ -170,7 +170,7 @@ def test_run_with_discretize_acts_through_levels_everywhere(uniform_registered, 
     assert t.spec.describe() == "multi_discrete([5])" and t.spec.levels == 5
     t.train(until=60)
     assert t._collector.envs.spec is t.spec and t._evaluator.spec is t.spec
-    stored = t.replay.action[:t.replay.size, 0]
+    stored = t.replay.valid_values("action")[:, 0]
     assert set(np.unique(stored).tolist()) <= set(range(5)) and len(np.unique(stored)) > 1
     values = np.concatenate(sent)
     assert set(np.unique(values).tolist()) <= {-2.0, -1.0, 0.0, 1.0, 2.0}

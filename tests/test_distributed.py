@@ -23,6 +23,7 @@ from toy_envs import EPISODE_STEPS
 from offpolicy import registry
 from offpolicy.errors import OffpolicyError
 from offpolicy.ray_address import check_ray_address
+from offpolicy.replay.samplers import gather
 from offpolicy.training import checkpoint
 from offpolicy.training.distributed import LocalPool
 from offpolicy.training.run import Run
@@ -40,8 +41,8 @@ def _run(tmp_path=None, pool=LocalPool, **train):
 
 def _assert_no_transition_crosses_episodes(replay):
     """Every stored transition goes from step t of an episode to its step t + 1."""
-    idx = np.flatnonzero(replay.valid)
-    b = replay.gather(idx)
+    idx = np.flatnonzero(replay.storage.valid)
+    b = gather(replay.storage, idx)
     np.testing.assert_allclose(b["next_obs"][:, 0] - b["obs"][:, 0], 1.0 / EPISODE_STEPS,
                                atol=1e-6)
     np.testing.assert_array_equal(b["discount"] == 0, b["next_obs"][:, 0] == 1.0)
@@ -50,11 +51,11 @@ def _assert_no_transition_crosses_episodes(replay):
 def test_chunks_land_once_each_in_their_collectors_rings():
     r = _run(steps=400)
     summary = r.train()
-    assert summary["step"] == 400 and r.replay.num_streams == 2
+    assert summary["step"] == 400 and r.replay.storage.num_streams == 2
     # 400 steps in chunks of 10: episodes of 10 steps, so 40 episodes, 20 per collector ring
     assert r.collection.episodes == 40 and len(r.replay) == 400
     # each ring: 200 transitions, 20 final observations, the next episode's first one
-    assert (r.replay.sizes == 221).all()
+    assert (r.replay.storage.sizes == 221).all()
     _assert_no_transition_crosses_episodes(r.replay)
     r.close()
 

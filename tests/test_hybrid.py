@@ -47,19 +47,19 @@ algo, env_id, seed = sys.argv[1], sys.argv[2], 3
 model = peer_baselines.make_baseline("sb3", algo, gym.make(env_id),
                                      peer_baselines.BASELINES[algo], 100, 0)
 agent = ours_agent(env_id, algo)
-params = agent.init(jax.random.PRNGKey(seed))["params"]
+params = agent.init(jax.random.PRNGKey(seed)).params
 rng = np.random.default_rng(0)
 obs = rng.uniform(-1, 1, (8, *model.observation_space.shape)).astype(np.float32)
 act = rng.uniform(-1, 1, (8, *model.action_space.shape)).astype(np.float32)
 
-ours = np.asarray(agent.policy(params["actor"], obs, jax.random.PRNGKey(0), False)[0])
+ours = np.asarray(agent.policy(params.actor, obs, jax.random.PRNGKey(0), False)[0])
 assert not np.allclose(sb3_actions(model), ours, atol=1e-3)
 hybrid.our_initial_draw(model, env_id, seed, algo)
 np.testing.assert_allclose(sb3_actions(model), ours, atol=2e-6)
 with torch.no_grad():
     theirs = np.stack([q.numpy()[:, 0] for q in model.critic(torch.as_tensor(obs),
                                                                torch.as_tensor(act))])
-np.testing.assert_allclose(theirs, np.asarray(agent.q(params["critic"], obs, act)).reshape(2, -1),
+np.testing.assert_allclose(theirs, np.asarray(agent.q(params.critic, obs, act)).reshape(2, -1),
                            rtol=1e-5, atol=1e-5)
 pairs = [(model.critic, model.critic_target)]
 if algo == "td3":
@@ -100,14 +100,14 @@ def our_actions(ours):
 
 model, ours = built()
 np.testing.assert_allclose(sb3_actions(model), our_actions(ours), atol=2e-6)
-before = [np.asarray(x) for x in jax.tree_util.tree_leaves(ours.state["params"])]
-alpha0 = float(ours.state.get("log_alpha", 0.0))
+before = [np.asarray(x) for x in jax.tree_util.tree_leaves(ours.state.params)]
+alpha0 = float(getattr(ours.state, "log_alpha", 0.0))
 model.learn(300)
 assert model._n_updates == 200
-after = jax.tree_util.tree_leaves(ours.state["params"])
+after = jax.tree_util.tree_leaves(ours.state.params)
 assert not all(np.array_equal(a, np.asarray(b)) for a, b in zip(before, after))
 if algo == "sac":
-    assert float(ours.state["log_alpha"]) != alpha0
+    assert float(ours.state.log_alpha) != alpha0
 np.testing.assert_allclose(sb3_actions(model), our_actions(ours), atol=2e-6)
 fresh_model, fresh = built()
 fresh.restore(ours.state_tree())

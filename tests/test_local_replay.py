@@ -95,7 +95,7 @@ def test_the_local_replay_forgets_first_in_first_out():
         chunk = proc.collect(T, payload, n * T)
         phases += chunk["next_obs"][:, 0, 1].tolist()
     replay = proc.local.replay
-    assert replay.size == 24  # full: the oldest slots were overwritten
+    assert replay.storage.size == 24  # full: the oldest slots were overwritten
     kept = set(replay.valid_values("obs")[:, 1].tolist())  # float32 values, compared exactly
     # what it holds are the newest steps' episodes only
     assert kept <= set(phases[-24:])
@@ -178,5 +178,5 @@ def test_a_restarted_collector_starts_with_an_empty_replay():
     assert r.step == 100 and r.collection.restarts == 1
     restarted, kept = pools[0].procs
     # collector 0 lost its first 3 chunks' steps with its replay; collector 1 kept all of its
-    assert kept.local.replay.num_valid > restarted.local.replay.num_valid > 0
+    assert len(kept.local.replay) > len(restarted.local.replay) > 0
     r.close()

@@ -21,11 +21,12 @@ from _helpers import (
     tiny_run,
     wait_for,
 )
+from replay_tables import table as ReplayBuffer
 
 import offpolicy
 from offpolicy.errors import OffpolicyError
 from offpolicy.registry import RunConfig
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay.samplers import gather
 from offpolicy.training.run import Run
 
 
@@ -119,7 +120,7 @@ def test_truncation_bootstraps_termination_does_not(env_id):
     terminate = env_id == "ToyTerminate-v0"
     k = toy_envs.EPISODE_STEPS
     t, batches = _run_toy(env_id, steps=200)
-    rb = t.replay
+    rb = t.replay.storage
     idx = np.flatnonzero(rb.valid)
     assert len(idx) == 200 == len(rb)
     nxt = (idx + 1) % rb.capacity
@@ -140,7 +141,7 @@ def test_truncation_bootstraps_termination_does_not(env_id):
         np.testing.assert_array_equal(b["discount"], expected)
     assert seen_last > 0
     # ... and in the DDPG target: y = r on termination, r + gamma Q'(s', mu'(s')) otherwise
-    batch = rb.gather(idx[last])
+    batch = gather(rb, idx[last])
     _, m, _ = t.agent.update(t.state, batch, jax.random.PRNGKey(0))
     gap = float(m["target_mean"]) - float(np.mean(batch["reward"]))
     if terminate:
@@ -188,11 +189,13 @@ def test_resume_after_sigkill(tmp_path):
     run = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
     t = Run(run, run_dir, resume=True)
     assert t.step == step and t.episodes == meta["collector"]["episodes"]
-    assert len(t.replay) == rmeta["num_valid"] and t.replay.size == rmeta["size"]
-    assert t.replay.head == rmeta["head"] and not t.replay._open
+    st = t.replay.storage
+    assert len(t.replay) == rmeta["num_valid"] and st.size == rmeta["size"]
+    assert st.head == rmeta["head"] and not st.episodes_open
     for k in ("obs", "action", "reward", "terminated", "truncated", "valid"):
-        np.testing.assert_array_equal(getattr(t.replay, k), getattr(saved, k), err_msg=k)
-    assert t.replay.rng.bit_generator.state == saved.rng.bit_generator.state
+        np.testing.assert_array_equal(getattr(st, k), getattr(saved.storage, k), err_msg=k)
+    assert (t.replay.sampler.selector.rng.bit_generator.state
+            == saved.sampler.selector.rng.bit_generator.state)
     assert t.collector.rng.bit_generator.state == meta["collector"]["rng"]
     assert t.collector.noise.state_dict() == meta["collector"]["noise"]
     t.close()  # releases the run directory's lock for the CLI's resume below
@@ -248,7 +251,7 @@ def test_api_make_learn_save_load_act(tmp_path):
     resets = agent.run.collector.resets
     agent.learn(100)
     assert agent.run.collector.resets == resets and agent.step == 700
-    assert agent.run.replay.num_valid == 700
+    assert len(agent.run.replay) == 700
 
     env = gym.make("Pendulum-v1")
     observations = [env.reset(seed=s)[0] for s in range(5)]

@@ -12,8 +12,11 @@ import pytest
 from scipy import stats
 
 from offpolicy.errors import OffpolicyError
-from offpolicy.replay.prioritized import RankPrioritized
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay.prioritized import PERSettings, Prioritized, RankPrioritized
+from offpolicy.replay.removers import OldestEpisode
+from offpolicy.replay.samplers import Sampler
+from offpolicy.replay.storage import Storage
+from offpolicy.replay.table import Table
 
 ALPHA = 0.7
 
@@ -219,10 +222,11 @@ def test_a_slot_reported_twice_in_one_write_takes_its_last_report():
     assert len(per) == 1 and list(per.ranked_slots()) == [5]
 
 
-def test_follows_a_replay_buffer_across_wrap_around_and_forgotten_episodes():
-    buf = ReplayBuffer(64, (1,), 1, seed=0, num_streams=2, forget_whole_episodes=True)
-    per = RankPrioritized(buf.capacity, resort_every=7, seed=3)
-    buf.listeners.append(per.on_write)
+def test_follows_a_replay_table_across_wrap_around_and_forgotten_episodes():
+    selector = Prioritized(PERSettings(seed=3))
+    buf = Table(Storage(64, (1,), 1, num_streams=2), Sampler(selector), OldestEpisode())
+    per = selector.per
+    per.resort_every = 7
     rng = np.random.default_rng(0)
     for s in range(2):
         buf.start_episode(np.zeros(1), s)
@@ -233,9 +237,9 @@ def test_follows_a_replay_buffer_across_wrap_around_and_forgotten_episodes():
             buf.start_episode(np.zeros(1), s)
         assert len(per) == len(buf)
         slots, weights = per.sample(32, step)
-        assert buf.valid[slots].all()
+        assert buf.storage.valid[slots].all()
         per.update(slots, rng.exponential(size=32))
-    assert set(per.ranked_slots()) == set(np.flatnonzero(buf.valid))
+    assert set(per.ranked_slots()) == set(np.flatnonzero(buf.storage.valid))
 
 
 # ---------------------------------------------------------------------- (5) checkpoints

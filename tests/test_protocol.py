@@ -109,18 +109,16 @@ def test_toy_stochastic_agent_learns_through_sequences_and_writeback():
     # random guessing earns 8/3 per episode, the optimal policy 8
     assert before < 5.0 and summary["final_return"] >= 7.5, (before, summary)
     # behaviour probabilities are stored with every step; rho was written back
-    n = r.replay.size
-    valid = r.replay.valid[:n]
-    probs = r.replay.extras["probs"][:n][valid]
+    probs = r.replay.valid_values("probs")
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
-    rho = r.replay.extras["rho"][:n][valid]
+    rho = r.replay.valid_values("rho")
     assert np.mean(rho != 1.0) > 0.5 and np.all(rho > 0)
 
 
 def test_writeback_lands_at_the_sampled_steps_under_the_mask():
     r = Run(_toy_run(steps=200, seed=1), None)
     r.train(until=200, final_eval=False)
-    learner, replay = r.learner, r.replay
+    learner, replay = r.learner, r.replay.storage
     replay.extras["rho"][:] = -1.0
     idx, batch = learner.sample()
     params = jax.device_get(learner.acting_params())  # the update donates the state
@@ -142,7 +140,7 @@ def test_writeback_lands_at_the_sampled_steps_under_the_mask():
 def test_replay_write_rejects_unknown_fields():
     r = Run(_toy_run(steps=50), None)
     with pytest.raises(OffpolicyError, match="no field"):
-        r.replay.write(np.zeros(2, np.int64), {"nope": np.zeros(2)})
+        r.replay.write_back(np.zeros(2, np.int64), {}, {"nope": np.zeros(2)})
 
 
 @pytest.mark.parametrize("num_envs, pipeline", [(1, True), (3, False), (3, True)])
@@ -150,36 +148,33 @@ def test_num_envs_and_pipeline_keep_updates_per_env_step(num_envs, pipeline):
     run = tiny_run(steps=300, num_envs=num_envs, pipeline=pipeline, eval_every=300,
                    log_every=100, checkpoint_every=9_999)
     r = Run(run, None)
-    calls = []
-    inner = r.learner._write_back
-    r.learner._write_back = lambda *a: (calls.append(1), inner(*a))  # one call per update
     summary = r.train(until=300)
     assert summary["status"] == "completed" and r.step == 300
-    assert r.replay.num_valid == 300 and r.compile_count == 1
+    assert len(r.replay) == 300 and r.compile_count == 1
     # updates start once replay holds a batch (16 transitions); then one per env step
     start = 16 if num_envs == 1 else 18
-    assert abs(len(calls) - (300 - start)) <= num_envs + 1, len(calls)
+    assert abs(r.learner.updates - (300 - start)) <= num_envs + 1, r.learner.updates
     if num_envs > 1:
-        assert r.replay.num_streams == num_envs
-        assert set(np.unique(r.replay.sizes)) <= {100, 101, 102, 103, 104, 105, 106}
+        assert r.replay.storage.num_streams == num_envs
+        assert set(np.unique(r.replay.storage.sizes)) <= {100, 101, 102, 103, 104, 105, 106}
 
 
 def test_segment_cadence_updates_on_segments_and_from_replay():
     r = Run(_toy_run(steps=400, seed=2, num_envs=2, segment_length=8, replay_ratio=2.0,
                      warmup_steps=50), None)
-    calls = []
-    inner = r.learner._write_back
-    r.learner._write_back = lambda *a: (calls.append(a[0].shape), inner(*a))
+    calls = []  # the sampled steps' shape of every update (the toy writes rho back each time)
+    inner = r.replay.write_back
+    r.replay.write_back = lambda *a: (calls.append(a[0].shape), inner(*a))
     summary = r.train()
     assert summary["status"] == "completed" and r.step == 400
-    traces = r.learner._traces
+    traces = r.learner.compilations
     assert traces["step_segment"] == 1 and traces["step"] == 1 and traces["step_act"] == 0
     segments = [s for s in calls if s == (8, 4)]  # T = 8, two windows per env copy
     assert len(segments) == 400 // 16 - 50 // 16  # one per segment once warm-up is over
     replayed = len(calls) - len(segments)
     assert 1.0 * len(segments) < replayed < 3.0 * len(segments)  # Poisson(2) per segment
     # the stochastic agent warmed up with its own policy: finite importance weights only
-    assert np.isfinite(r.replay.extras["rho"]).all()
+    assert np.isfinite(r.replay.storage.extras["rho"]).all()
 
 
 def test_segment_cadence_refuses_pipeline_and_too_long_segments():

@@ -61,14 +61,14 @@ def _episodes(replay):
     """Each stored episode as its slots in order (first step first), per ring."""
     out = []
     for s in range(replay.num_streams):
-        starts = list(replay._starts[s])
+        starts = list(replay.episode_starts(s))
         for first in starts:
             slots, t = [], first
             while replay.valid[t]:
                 slots.append(t)
                 if replay.terminated[t] or replay.truncated[t]:
                     break
-                t = replay._offset(np.array(t), 1).item()
+                t = replay.offset(np.array(t), 1).item()
             if slots:  # the episode in progress may have no transition yet
                 out.append(slots)
     return out
@@ -120,7 +120,7 @@ def _assert_states_before_observations(agent, params, replay, episodes) -> None:
 def test_the_stored_state_is_the_state_before_the_observation(env):
     parts = build(_config("ddpg", "stored", env))
     _collect(parts, 35)
-    agent, replay = parts.agent, parts.replay
+    agent, replay = parts.agent, parts.replay.storage
     params = parts.learner.acting_params()
     episodes = _episodes(replay)
     assert len(episodes) >= 6
@@ -136,17 +136,18 @@ def test_an_actor_with_twin_critics_records_both_cores_states(algo):
     state (nothing stored) acting gets the actor's parameters alone and still acts."""
     parts = build(_config(algo, "stored", ENVS[0]))
     _collect(parts, 30)
-    agent, replay, learner = parts.agent, parts.replay, parts.learner
+    agent, replay, learner = parts.agent, parts.replay.storage, parts.learner
     acting = learner.acting_params()
     assert set(acting) == {"actor", "critic_core"}
     assert agent.rec.names == ("actor", "critic")
-    _assert_states_before_observations(agent, learner.state["params"], replay,
-                                       _episodes(replay))
+    params = learner.state.params
+    _assert_states_before_observations(agent, {"actor": params.actor, "critic": params.critic},
+                                       replay, _episodes(replay))
     zero = build(_config(algo, "zero", ENVS[0]))
     assert (jax.tree.structure(zero.learner.acting_params())
-            == jax.tree.structure(zero.learner.state["params"]["actor"]))
+            == jax.tree.structure(zero.learner.state.params.actor))
     _collect(zero, 12)  # acting without a stored state: the critics' core is not indexed
-    assert zero.replay.size > 0 and CORE_STATE not in zero.replay.extras
+    assert zero.replay.storage.size > 0 and CORE_STATE not in zero.replay.storage.extras
 
 
 @pytest.mark.parametrize("start,env,window", [(start, env, 4) for start in ("zero", "stored")
@@ -158,7 +159,7 @@ def test_the_learners_unroll_reproduces_acting_outputs(start, env, window):
     parts = build(_config("vracer", start, env, window=window))
     _collect(parts, 40)
     agent, learner = parts.agent, parts.learner
-    params = learner.state["params"]
+    params = learner.state.params
     outputs = jax.jit(lambda p, b: agent.net.apply({"params": p},
                                                    agent.rec.transition_views(b)["obs"]))
     near_start = 0
@@ -178,8 +179,8 @@ def test_sequence_windows_reproduce_the_acting_embedding(start):
     episode)."""
     parts = build(_config("aql", start, ENVS[1]))
     _collect(parts, 40)
-    agent, learner, replay = parts.agent, parts.learner, parts.replay
-    core = learner.state["params"]["core"]
+    agent, learner, replay = parts.agent, parts.learner, parts.replay.storage
+    core = learner.state.params["core"]
     embed = jax.jit(agent.embed)
     policy = jax.jit(lambda p, c: agent.policy(p, c, jax.random.PRNGKey(0), False)[1])
     acting = {}  # slot -> the embedding acting computed there
@@ -205,20 +206,20 @@ def test_sequence_windows_reproduce_the_acting_embedding(start):
 def test_windows_are_ordered_start_where_marked_and_do_not_leak():
     parts = build(_config("vracer", "stored", ENVS[0], batch_size=8))
     _collect(parts, 40)
-    agent, learner, replay = parts.agent, parts.learner, parts.replay
+    agent, learner, replay = parts.agent, parts.learner, parts.replay.storage
     idx, batch = learner.sample()
     p = batch[CONTEXT_POSITION]
     for b in range(len(idx)):
-        start = replay._offset(np.array(idx[b]), -int(p[b])).item()
+        start = replay.offset(np.array(idx[b]), -int(p[b])).item()
         # the context runs from its start, step after step, to the sampled step
-        slots = replay._offset(np.full(int(p[b]) + 1, start), np.arange(int(p[b]) + 1))
+        slots = replay.offset(np.full(int(p[b]) + 1, start), np.arange(int(p[b]) + 1))
         np.testing.assert_array_equal(batch[CONTEXT_OBS][:p[b] + 1, b],
                                       replay.observations(slots))
         assert slots[-1] == idx[b]
         np.testing.assert_array_equal(batch[CONTEXT_STATE][b], replay.extras[CORE_STATE][start])
         if p[b] < agent.rec.burn_in + agent.rec.window - 1:  # cut at the episode's start
-            assert start in replay._starts[start // replay.stream_capacity]
-    params = learner.state["params"]
+            assert start in replay.episode_starts(start // replay.stream_capacity)
+    params = learner.state.params
     value = jax.jit(lambda p, b: agent.net.apply({"params": p},
                                                  agent.rec.transition_views(b)["obs"])[0])
     keys = (CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE)
@@ -277,7 +278,7 @@ def test_observe_action_reward_reaches_replay_and_the_core():
     parts = build(_config("ddpg", "zero", ENVS[0], observe_action_reward=True))
     assert parts.obs_shape == (3 + 1 + 1,)
     c = _collect(parts, 25)
-    replay = parts.replay
+    replay = parts.replay.storage
     episodes = _episodes(replay)
     assert len(episodes) >= 4
     for slots in episodes:
@@ -322,7 +323,7 @@ def test_remote_collectors_carry_the_core_state():
                       observe_action_reward=True))
     run.pool_factory = LocalPool
     run.train()
-    agent, replay = run.agent, run.replay
+    agent, replay = run.agent, run.replay.storage
     params = run.learner.acting_params()  # no update ran (warm-up): the acting parameters
     _assert_states_before_observations(agent, params, replay, _episodes(replay)[:6])
     assert replay.observations(np.array([0])).shape == (1, 5)

@@ -5,12 +5,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from replay_tables import draw, far_count
+from replay_tables import table as ReplayBuffer
 
 from offpolicy import registry
 from offpolicy.agents.naf import advantage
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.replay import refer, stored_returns
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay.samplers import Uniform
+from offpolicy.replay.stored_returns import StoredReturns
 from offpolicy.returns import v_tbc
 from offpolicy.training.build import build_agent
 
@@ -60,9 +63,9 @@ def test_counted_field_matches_a_scan_through_writes_and_wraparound():
         if end:
             buf.start_episode(rng.normal(size=2))
         if t % 3 == 0 and len(buf):
-            idx = buf.sample_indices(8)
-            buf.write(idx, {"far": (rng.random(8) < 0.5).astype(np.float32)})
-        assert buf.count("far") == pytest.approx(buf.extras["far"][buf.valid].sum())
+            idx = draw(buf, 8)
+            buf.write_back(idx, {}, {"far": (rng.random(8) < 0.5).astype(np.float32)})
+        assert far_count(buf) == pytest.approx(buf.valid_values("far").sum())
 
 
 def test_whole_episodes_leave_oldest_first():
@@ -75,11 +78,12 @@ def test_whole_episodes_leave_oldest_first():
         if end:
             ep += 1
             buf.start_episode(np.array([t + 1.0]))
-        kept = buf.reward[buf.valid]
+        kept = buf.valid_values("reward")
         for e in np.unique(kept):  # every stored episode is whole: 4 steps, or the open one
             assert (kept == e).sum() == 4 or e == ep, (t, kept)
-    firsts = buf.episode_first_slots(np.flatnonzero(buf.valid))
-    assert (buf.reward[firsts] == buf.reward[np.flatnonzero(buf.valid)]).all()
+    st = buf.storage
+    firsts = st.episode_first_slots(np.flatnonzero(st.valid))
+    assert (st.reward[firsts] == st.reward[np.flatnonzero(st.valid)]).all()
 
 
 class _ForgetReference:
@@ -154,8 +158,7 @@ def test_forgetting_the_most_far_policy_episode_follows_a_plain_reference(tmp_pa
 
     def make():
         return ReplayBuffer(2 * memory, (1,), 1, fields, counted=("far",),
-                            forget_whole_episodes=True, num_streams=rings, seed=3,
-                            memory=memory, forget_highest="far")
+                            num_streams=rings, seed=3, memory=memory)
 
     buf, ref = make(), _ForgetReference(2 * memory // rings, rings, memory)
     for s in range(rings):
@@ -178,17 +181,17 @@ def test_forgetting_the_most_far_policy_episode_follows_a_plain_reference(tmp_pa
             buf.start_episode(np.zeros(1), int(s))
             ref.start(int(s))
         if t % 2 == 0:  # write-back: sampled steps' new far flags (a third far)
-            idx = buf.sample_indices(16)
+            idx = draw(buf, 16)
             flags = (rng.random(16) < 0.3).astype(np.float32)
-            buf.write(idx, {"far": flags})
+            buf.write_back(idx, {}, {"far": flags})
             for i, f in zip(idx, flags):
-                ref.far[int(buf.reward[i])] = float(f)
-        held = {int(r) for r in buf.reward[buf.valid]}
+                ref.far[int(buf.storage.reward[i])] = float(f)
+        held = {int(r) for r in buf.valid_values("reward")}
         assert held == ref.keys(), t
         assert len(buf) <= memory
-        assert buf.count("far") == pytest.approx(sum(ref.far[k] for k in held))
+        assert far_count(buf) == pytest.approx(sum(ref.far[k] for k in held))
     assert ref.picks["far"] > 20 and ref.picks["oldest"] > 0, ref.picks
-    assert buf.pruned == ref.picks["far"] + ref.picks["oldest"]
+    assert buf.remover.pruned == ref.picks["far"] + ref.picks["oldest"]
 
 
 def test_far_policy_forgetting_needs_refer_and_doubles_the_rings(tmp_path):
@@ -205,8 +208,8 @@ def test_far_policy_forgetting_needs_refer_and_doubles_the_rings(tmp_path):
     t.train()
     r = t.replay
     assert (r.capacity, r.memory) == (2000, 1000)
-    assert 800 <= len(r) <= 1000 and r.pruned >= 4  # 200-step episodes, forgotten whole
-    assert r.count("far") == pytest.approx(r.extras["far"][r.valid].sum())
+    assert 800 <= len(r) <= 1000 and r.remover.pruned >= 4  # 200-step episodes, whole
+    assert far_count(r) == pytest.approx(r.valid_values("far").sum())
 
 
 # ---------------------------------------------------------------------- V^tbc store
@@ -220,8 +223,8 @@ def _episode(rng, n, terminated):
         last = t == n - 1
         buf.add([0.0], rng.normal(), last and terminated, last and not terminated,
                 np.zeros(1), value=rng.normal())
-    (first, last), = buf.take_closed_episodes()
-    return spec, buf, first, last
+    (first, last), = buf.storage.take_closed_episodes()
+    return spec, buf.storage, first, last
 
 
 def _reference(buf, slots, terminated, final_value=0.0, gamma=GAMMA):
@@ -244,7 +247,7 @@ def test_close_episode_is_the_v_tbc_recursion(terminated):
     buf.extras["rho"][:9] = np.random.default_rng(3).uniform(0.2, 2.0, 9)
     final = 3.7  # V(s_T) of the state a truncated episode was cut at
     stored_returns.close_episode(buf, spec, first, last, final_value=final)
-    slots = stored_returns.episode_slots(buf, first, last)
+    slots = buf.episode_slots(first, last)
     want, v, rho = _reference(buf, slots, terminated, final)
     np.testing.assert_allclose(buf.extras["v_tbc"][slots], want, rtol=1e-5, atol=1e-5)
     # the same recursion as returns.v_tbc over the whole episode as one window
@@ -260,13 +263,13 @@ def test_a_truncated_episode_bootstraps_from_the_state_it_was_cut_at():
     spec = stored_returns.StoredReturn(0.9)
     fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
               "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
-    buf = ReplayBuffer(16, (1,), 1, fields, forget_whole_episodes=True)
+    buf = ReplayBuffer(16, (1,), 1, fields, forget_whole_episodes=True).storage
     buf.start_episode(np.zeros(1))
     for t in range(3):
         buf.add([0.0], 0.0, False, t == 2, np.full(1, t + 1.0), value=0.0)
     (first, last), = buf.take_closed_episodes()
     stored_returns.close_episode(buf, spec, first, last, final_value=10.0)
-    slots = stored_returns.episode_slots(buf, first, last)
+    slots = buf.episode_slots(first, last)
     np.testing.assert_allclose(buf.extras["v_tbc"][slots], [7.29, 8.1, 9.0], rtol=1e-6)
     np.testing.assert_array_equal(buf.next_observations(np.array([last])), [[3.0]])
 
@@ -276,7 +279,7 @@ def test_refresh_then_propagate_equals_recomputing_the_episode(terminated):
     rng = np.random.default_rng(4)
     spec, buf, first, last = _episode(rng, 12, terminated)
     stored_returns.close_episode(buf, spec, first, last)
-    slots = stored_returns.episode_slots(buf, first, last)
+    slots = buf.episode_slots(first, last)
     for t in (7, 3, 11):  # sampled steps: new v_t, rho_t, then Eq. 8 at t and propagation
         s = slots[t]
         buf.extras["v"][s], buf.extras["rho"][s] = rng.normal(), rng.uniform(0.3, 1.7)
@@ -303,7 +306,7 @@ def _ddpg(kind):
 def _batch(agent, state, far_rows):
     rng = np.random.default_rng(5)
     obs = rng.normal(size=(8, 3)).astype(np.float32)
-    mean = np.asarray(agent.mu(state["params"], obs))
+    mean = np.asarray(agent.mu(state.params, obs))
     behaviour = mean.copy()
     behaviour[far_rows] += 1.5  # far from the current policy: rho outside (1/c_max, c_max)
     return {"obs": obs, "action": (mean + 0.05).astype(np.float32),
@@ -326,23 +329,23 @@ def test_rule1_zeroes_exactly_the_far_policy_samples():
     b2["next_obs"][far_rows] += 3.0
     new1, _, _ = agent.update(state, b, jax.random.PRNGKey(1))
     new2, _, _ = agent.update(state, b2, jax.random.PRNGKey(1))
-    for x, y in zip(jax.tree_util.tree_leaves(new1["params"]),
-                    jax.tree_util.tree_leaves(new2["params"])):
+    for x, y in zip(jax.tree_util.tree_leaves(new1.params),
+                    jax.tree_util.tree_leaves(new2.params)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
     # ... whereas plain ER uses them
     er = _ddpg("er")
     n1, _, _ = er.update(state, b, jax.random.PRNGKey(1))
     n2, _, _ = er.update(state, b2, jax.random.PRNGKey(1))
     assert any(not np.allclose(x, y) for x, y in zip(
-        jax.tree_util.tree_leaves(n1["params"]), jax.tree_util.tree_leaves(n2["params"])))
+        jax.tree_util.tree_leaves(n1.params), jax.tree_util.tree_leaves(n2.params)))
 
 
 def test_rule2_penalty_pulls_the_actor_towards_behaviour():
     agent = _ddpg("refer2")
     state = agent.init(jax.random.PRNGKey(0))
-    state["refer"]["beta"] = jnp.asarray(0.0)  # penalty only
+    state = state.replace(refer={**state.refer, "beta": jnp.asarray(0.0)})  # penalty only
     b = _batch(agent, state, [0, 1, 2, 3, 4, 5, 6, 7])
-    p = state["params"]
+    p = state.params
     ap = {k: p[k] for k in agent.actor_keys}
     g = jax.grad(agent.actor_loss)(ap, p, b["obs"], 1.0, 0.0, b["mean"])
     eps = 1e-3  # a small step down the gradient lowers the KL to the behaviour means
@@ -357,7 +360,7 @@ def test_naf_q_is_maximised_at_the_mean_and_p_is_positive_definite():
     agent = build_agent(run, (4,), ActionSpec.continuous(-np.ones(3), np.ones(3)))
     state = agent.init(jax.random.PRNGKey(0))
     # larger output weights so that L is far from its near-zero initialisation
-    params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state["params"])
+    params = jax.tree_util.tree_map(lambda x: x * 5.0 if x.ndim == 2 else x, state.params)
     obs = np.random.default_rng(6).normal(size=(5, 4)).astype(np.float32)
     value, mean, lower = agent.net.apply({"params": params}, obs)
     low = np.asarray(lower, np.float64)
@@ -390,18 +393,18 @@ def test_replay_choices_run_and_write_back(tmp_path, algo, replay):
     t.train()
     r = t.replay
     if replay == "per":  # priorities moved off the initial maximum for sampled steps
-        per = t.replay.per
+        per = t.replay.sampler.selector.per
         assert len(per) == len(r) and t.learner.updates > 0
         live = per.priority[per.valid]
         # new steps enter at the running maximum; without updates every one would still hold it
         assert (live != per.max_priority).any()
         assert np.isfinite(live).all() and (live > 0).all()
     else:
-        assert r.count("far") == pytest.approx(r.extras["far"][r.valid].sum())
-        assert (r.extras["rho"][r.valid] != 1.0).any()  # refreshed by the updates
+        assert far_count(r) == pytest.approx(r.valid_values("far").sum())
+        assert (r.valid_values("rho") != 1.0).any()  # refreshed by the updates
     if algo == "vracer":  # finished episodes have targets, refreshed ones moved
-        assert np.isfinite(r.extras["v_tbc"][r.valid]).mean() > 0.5
-        assert np.isfinite(r.extras["v"][r.valid]).any()
+        assert np.isfinite(r.valid_values("v_tbc")).mean() > 0.5
+        assert np.isfinite(r.valid_values("v")).any()
 
 
 def test_propagating_a_batch_equals_one_sample_at_a_time():
@@ -411,7 +414,7 @@ def test_propagating_a_batch_equals_one_sample_at_a_time():
     spec, buf, first, last = _episode(rng, 30, True)
     buf.extras["rho"][:30] = rng.uniform(0.5, 1.5, 30)
     stored_returns.close_episode(buf, spec, first, last)
-    slots = stored_returns.episode_slots(buf, first, last)
+    slots = buf.episode_slots(first, last)
     idx = slots[[25, 10, 25, 3, 17]]
     delta = rng.normal(size=5)
     one_by_one = buf.extras["v_tbc"].copy()
@@ -435,20 +438,21 @@ def _ring_of_episodes(rng, capacity=2000, streams=2):
     spec = stored_returns.StoredReturn(0.99)
     fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
               "v_tbc": ((), np.float64, np.nan), "rho": ((), np.float32, 1.0)}
-    buf = ReplayBuffer(capacity, (1,), 1, fields, forget_whole_episodes=True,
-                       num_streams=streams)
+    table = ReplayBuffer(capacity, (1,), 1, fields, forget_whole_episodes=True,
+                         num_streams=streams)
+    buf = table.storage
     records = []
     for _ in range(8):
         for s in range(streams):
             n = int(rng.integers(100, 300))
-            buf.start_episode(np.zeros(1), stream=s)
+            table.start_episode(np.zeros(1), stream=s)
             for t in range(n):
-                buf.add([0.0], rng.normal(), t == n - 1 and rng.random() < 0.5, t == n - 1,
-                        np.zeros(1), stream=s, value=rng.normal())
+                table.add([0.0], rng.normal(), t == n - 1 and rng.random() < 0.5, t == n - 1,
+                          np.zeros(1), stream=s, value=rng.normal())
             records += buf.take_closed_episodes()
     live, taken = [], set()
     for first, last in reversed(records):
-        slots = stored_returns.episode_slots(buf, first, last)
+        slots = buf.episode_slots(first, last)
         if buf.valid[slots].all() and not taken & set(slots.tolist()):
             live.append(slots)
         taken |= set(slots.tolist())
@@ -489,7 +493,7 @@ def test_propagation_over_many_episodes_equals_a_plain_loop(seed, chunk):
     spec, buf, live = _ring_of_episodes(rng)
     assert len(live) >= 8 and any(e[-1] < e[0] for e in live)  # some episode wraps its ring
     closed = buf.extras["v_tbc"].copy()
-    idx = buf.sample_indices(48)
+    idx = Uniform(0).draw(buf, 48)[0]
     idx[:3] = [live[0][0], live[1][-1], idx[3]]  # a first step, a last step, a duplicate
     delta = rng.normal(size=48) * 10.0
     want = _propagated_one_by_one(buf, spec, live, idx, delta)
@@ -511,13 +515,14 @@ def test_an_episode_longer_than_its_ring_propagates_back_to_its_oldest_stored_st
     spec = stored_returns.StoredReturn(GAMMA)
     fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
               "v_tbc": ((), np.float64, np.nan), "rho": ((), np.float32, 1.0)}
-    buf = ReplayBuffer(20, (1,), 1, fields, forget_whole_episodes=True)
-    buf.start_episode(np.zeros(1))
+    table = ReplayBuffer(20, (1,), 1, fields, forget_whole_episodes=True)
+    table.start_episode(np.zeros(1))
     for _ in range(35):
-        buf.add([0.0], rng.normal(), False, False, np.zeros(1), value=rng.normal())
+        table.add([0.0], rng.normal(), False, False, np.zeros(1), value=rng.normal())
+    buf = table.storage
     valid = np.flatnonzero(buf.valid)
-    oldest = int(buf.base[0] + buf.heads[0])
-    assert not buf._starts[0] and buf.valid[oldest] and valid.size == 19
+    oldest = buf.oldest_slot(0)
+    assert not buf.episode_starts(0).size and buf.valid[oldest] and valid.size == 19
     np.testing.assert_array_equal(buf.episode_first_slots(valid), np.full(valid.size, oldest))
     stored = (oldest + np.arange(19)) % 20  # the episode's steps still stored, oldest first
     buf.extras["rho"][stored] = rng.uniform(0.3, 1.7, 19)
@@ -538,12 +543,12 @@ def test_a_refreshed_target_survives_a_far_policy_stretch():
     spec = stored_returns.StoredReturn(gamma)
     fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
               "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
-    buf = ReplayBuffer(64, (1,), 1, fields, forget_whole_episodes=True)
+    buf = ReplayBuffer(64, (1,), 1, fields, forget_whole_episodes=True).storage
     buf.start_episode(np.zeros(1))
     for t in range(25):
         buf.add([0.0], 1.0, t == 24, False, np.zeros(1), value=0.0)
     (first, last), = buf.take_closed_episodes()
-    slots = stored_returns.episode_slots(buf, first, last)
+    slots = buf.episode_slots(first, last)
     buf.extras["rho"][slots] = 1e-3
     stored_returns.close_episode(buf, spec, first, last)
     idx = slots[[0, 24]]
@@ -571,13 +576,13 @@ def test_write_back_and_propagation_equal_eq8_in_float64(seed):
     spec = stored_returns.StoredReturn(gamma)
     fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
               "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
-    buf = ReplayBuffer(512, (1,), 1, fields, forget_whole_episodes=True)
+    buf = ReplayBuffer(512, (1,), 1, fields, forget_whole_episodes=True).storage
     n, stretch = 120, (30, 30 + int(rng.integers(30, 60)))
     buf.start_episode(np.zeros(1))
     for t in range(n):
         buf.add([0.0], rng.normal(), t == n - 1, False, np.zeros(1), value=rng.normal())
     (first, last), = buf.take_closed_episodes()
-    slots = stored_returns.episode_slots(buf, first, last)
+    slots = buf.episode_slots(first, last)
     rho = rng.lognormal(0.0, 1.0, n).clip(1e-3, 1e3)
     rho[stretch[0]:stretch[1]] = 1e-3
     buf.extras["rho"][slots] = rho
@@ -599,14 +604,12 @@ def test_write_back_and_propagation_equal_eq8_in_float64(seed):
 
 
 def test_prioritized_ranking_travels_with_the_replay_file(tmp_path):
-    from offpolicy.replay.prioritized import RankPrioritized
+    from offpolicy.replay.prioritized import PERSettings, Prioritized
+    from offpolicy.replay.samplers import Sampler
 
     def build():
-        buf = ReplayBuffer(64, (1,), 1, seed=3)
-        per = RankPrioritized(64, seed=4)
-        buf.listeners.append(per.on_write)
-        buf.attachments["per"] = per
-        return buf, per
+        selector = Prioritized(PERSettings(seed=4))
+        return ReplayBuffer(64, (1,), 1, sampler=Sampler(selector)), selector.per
 
     buf, per = build()
     buf.start_episode(np.zeros(1))
@@ -627,15 +630,16 @@ def test_episodes_abandoned_at_a_resume_get_their_targets():
     spec = stored_returns.StoredReturn(GAMMA)
     fields = {"value": ((), np.float32), "v": ((), np.float32, np.nan),
               "v_tbc": ((), np.float32, np.nan), "rho": ((), np.float32, 1.0)}
-    buf = ReplayBuffer(64, (1,), 1, fields, forget_whole_episodes=True, num_streams=2)
+    table = ReplayBuffer(64, (1,), 1, fields, forget_whole_episodes=True, num_streams=2)
     for s in range(2):
-        buf.start_episode(np.zeros(1), s)
+        table.start_episode(np.zeros(1), s)
     for t in range(5):  # stream 0 ends an episode at t = 2 and starts another
         ended = np.array([t == 2, False])
-        buf.add_batch(np.zeros((2, 1)), rng.normal(size=2), ended, np.zeros(2, bool),
-                      np.zeros((2, 1)), {"value": rng.normal(size=2).astype(np.float32)})
+        table.add_batch(np.zeros((2, 1)), rng.normal(size=2), ended, np.zeros(2, bool),
+                        np.zeros((2, 1)), {"value": rng.normal(size=2).astype(np.float32)})
         if ended[0]:
-            buf.start_episode(np.zeros(1), 0)
+            table.start_episode(np.zeros(1), 0)
+    buf = table.storage
     closed = buf.take_closed_episodes()
     assert len(closed) == 1
     buf.close_episode()  # a resume: both open episodes are abandoned
@@ -643,7 +647,7 @@ def test_episodes_abandoned_at_a_resume_get_their_targets():
     assert len(abandoned) == 2
     for first, last in abandoned:
         stored_returns.close_episode(buf, spec, first, last)
-        slots = stored_returns.episode_slots(buf, first, last)
+        slots = buf.episode_slots(first, last)
         assert np.isfinite(buf.extras["v_tbc"][slots]).all()
     assert not buf.truncated.any()  # the data themselves are untouched
 
@@ -707,7 +711,8 @@ def test_the_learner_bootstraps_truncated_episodes_with_the_network():
     spec_a = ActionSpec.continuous(np.full(1, -1.0), np.full(1, 1.0))
     agent = VRACER(VRACERConfig(hidden=(8,)), (3,), spec_a)
     fields = dict(agent.behaviour_fields) | dict(agent.writeback_fields)
-    buf = ReplayBuffer(64, (3,), 1, fields, forget_whole_episodes=True, counted=("far",))
+    buf = ReplayBuffer(64, (3,), 1, fields, forget_whole_episodes=True, counted=("far",),
+                       extensions=[StoredReturns(agent.stored_return)])
     norm = ObsNormalizer((3,), True)
     norm.rms.mean, norm.rms.var = np.array([1.0, -2.0, 0.5]), np.array([4.0, 1.0, 9.0])
     learner = Learner(agent, check_agent(agent), buf, 4, 0, norm, RewardScaler(0.995, False))
@@ -721,10 +726,11 @@ def test_the_learner_bootstraps_truncated_episodes_with_the_network():
                     rng.normal(size=3), mean=[0.0], std=[1.0], value=rng.normal())
         ends.append(terminated)
     closed = [(0, 3), (5, 8), (10, 13)]  # 4 steps and the final observation per episode
-    learner._maintain()
+    learner.sample()  # the stored targets of the episodes that ended first
     params = agent.acting_params(learner.state)
+    st = buf.storage
     for (first, last), terminated in zip(closed, ends):
-        final = agent.state_value(params, norm(buf.next_observations(np.array([last]))))[0]
-        slots = stored_returns.episode_slots(buf, first, last)
-        want = _reference(buf, slots, terminated, float(final), gamma=0.995)[0]
-        np.testing.assert_allclose(buf.extras["v_tbc"][slots], want, rtol=1e-5, atol=1e-5)
+        final = agent.state_value(params, norm(st.next_observations(np.array([last]))))[0]
+        slots = st.episode_slots(first, last)
+        want = _reference(st, slots, terminated, float(final), gamma=0.995)[0]
+        np.testing.assert_allclose(st.extras["v_tbc"][slots], want, rtol=1e-5, atol=1e-5)

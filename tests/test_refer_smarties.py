@@ -106,12 +106,12 @@ def test_a_simultaneous_update_ascends_the_critic_before_its_step():
     sequential = _ddpg(critic_lr=1e-2)
     seq, _, _ = sequential.update(state, b, key)
     for k in simultaneous.actor_keys:
-        for x, y in zip(jax.tree_util.tree_leaves(new["params"][k]),
-                        jax.tree_util.tree_leaves(ref["params"][k])):
+        for x, y in zip(jax.tree_util.tree_leaves(new.params[k]),
+                        jax.tree_util.tree_leaves(ref.params[k])):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-8)
     assert any(not np.allclose(np.asarray(x), np.asarray(z)) for x, z in zip(
-        jax.tree_util.tree_leaves(new["params"]["actor"]),
-        jax.tree_util.tree_leaves(seq["params"]["actor"])))
+        jax.tree_util.tree_leaves(new.params["actor"]),
+        jax.tree_util.tree_leaves(seq.params["actor"])))
 
 
 def test_truncated_exploration_stays_within_three_sigma():

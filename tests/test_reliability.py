@@ -121,14 +121,13 @@ def test_disk_full_on_the_first_checkpoint_leaves_nothing(tmp_path, monkeypatch)
 
 def test_disk_full_in_real_replay_save(tmp_path, monkeypatch):
     """The replay buffer's own atomic save (temp file + os.replace) failing half-way."""
-    from offpolicy.replay import ReplayBuffer
+    from offpolicy.replay import files
 
-    class _Arrays:  # what ReplayBuffer.save needs from the buffer
-        def state_arrays(self):
-            return {"x": np.zeros(1000)}
-
+    class _Arrays:  # a table whose file holds one array
         def save(self, path):
-            ReplayBuffer.save(self, path)
+            files.save(self, path)
+
+    monkeypatch.setattr(files, "state_arrays", lambda table: {"x": np.zeros(1000)})
 
     root = tmp_path / "c"
     first = checkpoint.save(root, "latest", 5, {"w": np.ones(1)}, {}, _Arrays())

@@ -1,4 +1,4 @@
-"""ReplayBuffer: episode boundaries, wrap-around, discounts, memory, extras, sequences, files.
+"""Replay tables: episode boundaries, wrap-around, discounts, memory, extras, sequences, files.
 
 Every check compares the buffer with a plain-Python reference: a list of all transitions ever
 added, in order, each with its episode id and the index of the observation write that stored
@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from replay_tables import sample_episodes, sample_sequences
+from replay_tables import table as ReplayBuffer
 
 from offpolicy.errors import OffpolicyError
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay import files
+from offpolicy.replay.samplers import Sampler, gather
 
 OBS_DIM, ACT_DIM = 4, 2
 EXTRAS = {"actor": ((), np.int32), "mean": ((ACT_DIM,), np.float32),
@@ -160,7 +163,7 @@ def test_len_counts_resident_transitions_after_wrap():
     for i in range(12):
         buf.add([0.0], float(i), False, False, np.full(1, i + 1.0))
     assert len(buf) == 4  # 5 slots: 4 transitions + the latest observation
-    assert buf.size == 5
+    assert buf.storage.size == 5
     rewards = set()
     for _ in range(30):
         rewards |= set(buf.sample(8)[1]["reward"].tolist())
@@ -185,9 +188,9 @@ def test_terminated_discount_zero_truncated_discount_one():
             got.setdefault(r, set()).add(d)
     assert got == {r: {d} for r, d in expected.items()}
     # the stored flags are the ones given
-    idx = np.flatnonzero(buf.valid)
-    stored = {float(buf.reward[i]): (bool(buf.terminated[i]), bool(buf.truncated[i]))
-              for i in idx}
+    idx = np.flatnonzero(buf.storage.valid)
+    st = buf.storage
+    stored = {float(st.reward[i]): (bool(st.terminated[i]), bool(st.truncated[i])) for i in idx}
     for r, (term, trunc) in cases.items():
         assert stored[r] == (term, trunc)
 
@@ -217,8 +220,8 @@ def test_memory_per_transition_within_1p1x_raw(obs_dim, act_dim, ep_len):
         for s in range(ep_len):
             buf.add(act, 0.0, False, s == ep_len - 1, obs)
             written += 1
-    assert buf.size == cap
-    per_transition = buf.nbytes / len(buf)
+    assert buf.storage.size == cap
+    per_transition = buf.storage.nbytes / len(buf)
     assert len(buf) >= cap * ep_len / (ep_len + 1) - 2
     assert per_transition <= 1.1 * raw, (per_transition, raw)
 
@@ -227,7 +230,7 @@ def test_memory_per_transition_within_1p1x_raw(obs_dim, act_dim, ep_len):
 def test_extras_stored_and_sampled_with_their_transition():
     rng = np.random.default_rng(5)
     cap = 41
-    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=5)
+    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, fields=EXTRAS, seed=5)
     ref = Ref(cap)
     drive(buf, ref, rng, n_episodes=40, max_len=12, extras=True, leave_open=True)
     seen = set()
@@ -243,7 +246,7 @@ def test_extras_stored_and_sampled_with_their_transition():
 @pytest.mark.parametrize("name", ["obs", "action", "valid", "next_obs", "discount", "mask"])
 def test_reserved_extra_names_rejected(name):
     with pytest.raises(OffpolicyError, match="reserved"):
-        ReplayBuffer(10, (2,), 1, extras={name: ((), np.float32)})
+        ReplayBuffer(10, (2,), 1, fields={name: ((), np.float32)})
 
 
 def test_misuse_errors():
@@ -258,14 +261,14 @@ def test_misuse_errors():
     buf.add([0.0], 0.0, True, False, np.zeros(2))
     with pytest.raises(OffpolicyError, match="start_episode"):  # the episode has ended
         buf.add([0.0], 0.0, False, False, np.zeros(2))
-    with pytest.raises(OffpolicyError, match="length"):
-        buf.sample_sequences(4, 0)[1]
+    with pytest.raises(ValueError, match="length"):
+        sample_sequences(buf, 4, 0)[1]
 
 
 # ---------------------------------------------------------------------- (e) sequences
 def check_sequences(buf, ref, batch_size, length, extras):
     table = ref.by_obs()
-    out = buf.sample_sequences(batch_size, length)[1]
+    out = sample_sequences(buf, batch_size, length)[1]
     T, B = length, batch_size
     assert out["obs"].shape == (T + 1, B, OBS_DIM)
     assert out["action"].shape == (T, B, ACT_DIM)
@@ -312,7 +315,7 @@ def check_sequences(buf, ref, batch_size, length, extras):
 def test_sample_sequences_against_reference(seed):
     rng = np.random.default_rng(seed)
     cap = 37
-    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=seed)
+    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, fields=EXTRAS, seed=seed)
     ref = Ref(cap)
     masks = []
     counter = [0]
@@ -338,7 +341,7 @@ def test_sample_sequences_stop_at_open_episode_head():
     buf.start_episode(np.zeros(1))
     for i in range(3):
         buf.add([float(i)], float(i), False, False, np.full(1, i + 1.0))
-    out = buf.sample_sequences(20, 5)[1]
+    out = sample_sequences(buf, 20, 5)[1]
     for b in range(20):
         r0 = int(out["reward"][0, b])
         np.testing.assert_array_equal(out["mask"][:, b], [1.0] * (3 - r0) + [0.0] * (2 + r0))
@@ -357,7 +360,7 @@ def test_sample_sequences_length_one_matches_sample():
 # ---------------------------------------------------------------------- (f) files
 def _filled(seed=0, cap=29, episodes=25, leave_open=True):
     rng = np.random.default_rng(seed)
-    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=seed)
+    buf = ReplayBuffer(cap, (OBS_DIM,), ACT_DIM, fields=EXTRAS, seed=seed)
     ref = Ref(cap)
     drive(buf, ref, rng, n_episodes=episodes, max_len=9, extras=True, leave_open=leave_open)
     for _ in range(3):
@@ -365,14 +368,16 @@ def _filled(seed=0, cap=29, episodes=25, leave_open=True):
     return buf, ref
 
 
-def _assert_same_buffer(a, b):
+def _assert_same_buffer(x, y):
+    a, b = x.storage, y.storage
     for k in ("obs", "action", "reward", "terminated", "truncated", "valid"):
         np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
     for k in a.extras:
         np.testing.assert_array_equal(a.extras[k], b.extras[k], err_msg=k)
-    assert (a.head, a.size, a.num_valid, a._open) == (b.head, b.size, b.num_valid, b._open)
-    assert [list(q) for q in a._starts] == [list(q) for q in b._starts]
-    assert a.rng.bit_generator.state == b.rng.bit_generator.state
+    assert ((a.head, a.size, a.num_valid, a.episodes_open)
+            == (b.head, b.size, b.num_valid, b.episodes_open))
+    assert a.episodes_state() == b.episodes_state()
+    assert x.sampler.selector.rng.bit_generator.state == y.sampler.selector.rng.bit_generator.state
 
 
 @pytest.mark.parametrize("episodes, leave_open", [(2, True), (25, True), (25, False)],
@@ -381,7 +386,7 @@ def test_save_load_round_trip_is_exact(tmp_path, episodes, leave_open):
     buf, _ = _filled(episodes=episodes, leave_open=leave_open)
     path = tmp_path / "replay.npz"
     buf.save(path)
-    new = ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM, extras=EXTRAS, seed=123)
+    new = ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM, fields=EXTRAS, seed=123)
     new.load(path)
     _assert_same_buffer(buf, new)
     # the next samples after load equal the original's next samples (RNG state restored)
@@ -390,13 +395,13 @@ def test_save_load_round_trip_is_exact(tmp_path, episodes, leave_open):
         assert set(x) == set(y)
         for k in x:
             np.testing.assert_array_equal(x[k], y[k], err_msg=k)
-    s1, s2 = buf.sample_sequences(8, 4)[1], new.sample_sequences(8, 4)[1]
+    s1, s2 = sample_sequences(buf, 8, 4)[1], sample_sequences(new, 8, 4)[1]
     for k in s1:
         np.testing.assert_array_equal(s1[k], s2[k], err_msg=k)
     # writing continues identically
     rng1, rng2 = np.random.default_rng(7), np.random.default_rng(7)
     for b, rng in ((buf, rng1), (new, rng2)):
-        if not b._open:
+        if not b.storage.episodes_open:
             b.start_episode(np.ones(OBS_DIM, np.float32))
         for _ in range(10):
             t = _transition(rng, None, extras=True)
@@ -423,9 +428,9 @@ def test_load_rejects_other_configuration(tmp_path):
     buf, _ = _filled()
     path = tmp_path / "replay.npz"
     buf.save(path)
-    for other in (ReplayBuffer(buf.capacity + 1, (OBS_DIM,), ACT_DIM, extras=EXTRAS),
-                  ReplayBuffer(buf.capacity, (OBS_DIM + 1,), ACT_DIM, extras=EXTRAS),
-                  ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM + 1, extras=EXTRAS),
+    for other in (ReplayBuffer(buf.capacity + 1, (OBS_DIM,), ACT_DIM, fields=EXTRAS),
+                  ReplayBuffer(buf.capacity, (OBS_DIM + 1,), ACT_DIM, fields=EXTRAS),
+                  ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM + 1, fields=EXTRAS),
                   ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM)):
         with pytest.raises(OffpolicyError, match="does not match"):
             other.load(path)
@@ -470,7 +475,7 @@ def test_corrupt_file_raises_offpolicy_error(tmp_path, corrupt):
     buf.save(path)
     corrupt(path)
     with pytest.raises(OffpolicyError, match="corrupt"):
-        ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM, extras=EXTRAS).load(path)
+        ReplayBuffer(buf.capacity, (OBS_DIM,), ACT_DIM, fields=EXTRAS).load(path)
 
 
 # ---------------------------------------------------------------------- (g) segments, rings
@@ -509,20 +514,20 @@ def test_rings_keep_their_own_order_and_episode_starts_survive_save(tmp_path):
         for s in np.flatnonzero(done):
             buf.start_episode(rng.normal(size=OBS_DIM), int(s))
     idx, b = buf.sample(64)
-    assert np.all(buf.valid[idx]) and len(set((idx // 20).tolist())) == 3
+    assert np.all(buf.storage.valid[idx]) and len(set((idx // 20).tolist())) == 3
     # a transition's next observation is the next slot of its own ring
-    np.testing.assert_array_equal(b["next_obs"], buf.obs[buf._next(idx.copy())])
-    assert np.all(buf._next(idx.copy()) // 20 == idx // 20)
+    np.testing.assert_array_equal(b["next_obs"], buf.storage.obs[buf.storage.next_slots(idx)])
+    assert np.all(buf.storage.next_slots(idx) // 20 == idx // 20)
     # every ring full: the saved arrays are views of the buffer, not a second copy of it
-    assert (buf.sizes == 20).all()
-    assert np.shares_memory(buf.state_arrays()["obs"], buf.obs)
+    assert (buf.storage.sizes == 20).all()
+    assert np.shares_memory(files.state_arrays(buf)["obs"], buf.storage.obs)
     path = tmp_path / "r.npz"
     buf.save(path)
     new = ReplayBuffer(60, (OBS_DIM,), ACT_DIM, num_streams=3, seed=9)
     new.load(path)
-    assert [list(q) for q in new._starts] == [list(q) for q in buf._starts]
-    np.testing.assert_array_equal(new.heads, buf.heads)
-    e1, e2 = buf.sample_episodes(8, 10), new.sample_episodes(8, 10)
+    assert new.storage.episodes_state() == buf.storage.episodes_state()
+    np.testing.assert_array_equal(new.storage.heads, buf.storage.heads)
+    e1, e2 = sample_episodes(buf, 8, 10), sample_episodes(new, 8, 10)
     for k in e1[1]:
         np.testing.assert_array_equal(e1[1][k], e2[1][k], err_msg=k)
 
@@ -609,10 +614,9 @@ def test_the_memory_check_reads_a_containers_cgroup_limit(tmp_path):
 
 def test_the_memory_check_counts_prioritized_replays_trees():
     """RankPrioritized.bytes_per_step accounts for every array it keeps per slot once it is
-    full and sorted, and a prioritized ReplayBuffer (which owns its sampler) adds it to its
-    check."""
+    full and sorted, and a table with a prioritized selector adds it to its check."""
     from offpolicy.replay.memory import check_memory
-    from offpolicy.replay.prioritized import PERSettings, RankPrioritized
+    from offpolicy.replay.prioritized import PERSettings, Prioritized, RankPrioritized
 
     n = 4096
     per = RankPrioritized(n)
@@ -625,9 +629,10 @@ def test_the_memory_check_counts_prioritized_replays_trees():
         pytest.skip("no /proc/meminfo to check against")
     plain = ReplayBuffer(1000, (3,), 1)  # obs 12 + action 4 + reward 4 + 3 flags = 23 bytes
     assert plain.bytes_per_step == 23
-    prioritized = ReplayBuffer(1000, (3,), 1, prioritized=PERSettings())
+    per = Prioritized(PERSettings())
+    prioritized = ReplayBuffer(1000, (3,), 1, sampler=Sampler(per))
     assert prioritized.bytes_per_step == 23 + RankPrioritized.bytes_per_step(1000)
-    assert prioritized.prioritized and len(prioritized.per) == 0
+    assert prioritized.extensions == [per] and len(per.per) == 0
     with pytest.raises(OffpolicyError, match=r"\(1000000000000 bytes per step"):
         check_memory(1000, 10**12)
 
@@ -682,7 +687,7 @@ def test_stacked_frames_are_stored_once_and_rebuilt_exactly(streams):
         buf.start_episode(obs[s], s)
     rng = np.random.default_rng(0)
     for step in range(400):
-        slot = buf.base + (buf.heads - 1) % buf.stream_capacity
+        slot = buf.storage.base + (buf.storage.heads - 1) % buf.storage.stream_capacity
         out = [e.step(np.zeros(1, np.float32)) for e in envs]
         nxt = np.stack([o[0] for o in out])
         buf.add_batch(np.zeros((streams, 1)), np.ones(streams), np.array([o[2] for o in out]),
@@ -693,8 +698,8 @@ def test_stacked_frames_are_stored_once_and_rebuilt_exactly(streams):
             if out[s][2] or out[s][3]:
                 obs[s] = envs[s].reset(seed=int(rng.integers(1 << 30)))[0]
                 buf.start_episode(obs[s], s)
-        valid = np.flatnonzero(buf.valid)
-        batch = buf.gather(valid)
+        valid = np.flatnonzero(buf.storage.valid)
+        batch = gather(buf.storage, valid)
         want = np.stack([truth[int(i)][0] for i in valid])
         np.testing.assert_array_equal(batch["obs"], want)
         np.testing.assert_array_equal(batch["next_obs"], np.stack([truth[int(i)][1]
@@ -702,7 +707,7 @@ def test_stacked_frames_are_stored_once_and_rebuilt_exactly(streams):
         if step > 100:  # after wrapping: at most 3 transitions per ring lost to it
             assert len(buf) >= buf.capacity - streams * (3 + buf.capacity // streams // 2)
     # windows (sequences, on-policy segments) rebuild their observations the same way
-    idx, seq = buf.sample_sequences(16, 3)
+    idx, seq = sample_sequences(buf, 16, 3)
     for t in range(3):
         for b in range(16):
             if seq["mask"][t, b]:
@@ -714,7 +719,7 @@ def test_stacked_frames_take_a_quarter_of_the_memory_and_survive_save(tmp_path):
     whole = ReplayBuffer(1000, (84, 84, 4), 1, obs_dtype=np.uint8)
     once = ReplayBuffer(1000, (84, 84, 4), 1, obs_dtype=np.uint8, frame_stack=4)
     assert once.bytes_per_step / whole.bytes_per_step == pytest.approx(0.25, abs=0.01)
-    assert once.obs.nbytes == whole.obs.nbytes // 4
+    assert once.storage.obs.nbytes == whole.storage.obs.nbytes // 4
     env = _FrameEnv(seed=3)
     small = ReplayBuffer(40, (3, 2, 4), 1, obs_dtype=np.uint8, frame_stack=4, seed=2)
     o = env.reset(seed=0)[0]
@@ -727,8 +732,9 @@ def test_stacked_frames_take_a_quarter_of_the_memory_and_survive_save(tmp_path):
     small.save(tmp_path / "r.npz")
     back = ReplayBuffer(40, (3, 2, 4), 1, obs_dtype=np.uint8, frame_stack=4, seed=2)
     back.load(tmp_path / "r.npz")
-    idx = np.flatnonzero(small.valid)
-    np.testing.assert_array_equal(back.gather(idx)["obs"], small.gather(idx)["obs"])
+    idx = np.flatnonzero(small.storage.valid)
+    np.testing.assert_array_equal(gather(back.storage, idx)["obs"],
+                                  gather(small.storage, idx)["obs"])
     ReplayBuffer(40, (3, 2, 4), 1, obs_dtype=np.uint8).save(tmp_path / "whole.npz")
     with pytest.raises(OffpolicyError, match="stores whole observations; this run stores its 4"):
         back.load(tmp_path / "whole.npz")  # the layout before #34: one line, no resume
@@ -756,7 +762,7 @@ def test_episode_first_slots_and_closed_episodes_follow_the_rings(streams, forge
             alive.discard(holder.pop(int(h), None))
 
     def start(s):
-        h = int(buf.base[s] + buf.heads[s])
+        h = int(buf.storage.base[s] + buf.storage.heads[s])
         landed([h])
         current[s] = (h, next(numbers))
         holder[h] = current[s]
@@ -769,26 +775,28 @@ def test_episode_first_slots_and_closed_episodes_follow_the_rings(streams, forge
         start(s)
     lost = 0  # valid transitions whose episode lost its first step (forgetting: none)
     for _ in range(400):  # ~4 wraps of every ring
-        slots = buf.base + (buf.heads - 1) % buf.stream_capacity  # where each step lands
+        st = buf.storage
+        slots = st.base + (st.heads - 1) % st.stream_capacity  # where each step lands
         for s in range(streams):
             first_of[int(slots[s])] = current[s]
-        landed(buf.base + buf.heads)  # the next observations
+        landed(buf.storage.base + buf.storage.heads)  # the next observations
         done = rng.random(streams) < 0.15
         buf.add_batch(rng.uniform(-1, 1, (streams, ACT_DIM)), np.zeros(streams), done,
                       np.zeros(streams, bool), rng.normal(size=(streams, OBS_DIM)))
         for s in np.flatnonzero(done):
             start(int(s))
-        idx = np.flatnonzero(buf.valid)
+        idx = np.flatnonzero(buf.storage.valid)
         kept = np.array([first_of[int(i)] in alive for i in idx], bool)
         lost += int((~kept).sum())
-        oldest = buf.base + buf.heads  # each ring's oldest slot (the rings are full by then)
+        oldest = st.base + st.heads  # each ring's oldest slot (the rings are full by then)
         np.testing.assert_array_equal(
-            buf.episode_first_slots(idx),
-            [first_of[int(i)][0] if k else oldest[i // buf.stream_capacity]
+            buf.storage.episode_first_slots(idx),
+            [first_of[int(i)][0] if k else oldest[i // buf.storage.stream_capacity]
              for i, k in zip(idx, kept)])
-        assert len(buf._closed) <= sum(len(q) for q in buf._starts)
+        assert len(buf.storage.closed_episodes()) <= sum(
+            len(q) for q in buf.storage.episodes_state()["starts"])
     assert (lost == 0) if forget else (lost > 0)
-    closed = buf.take_closed_episodes()
+    closed = buf.storage.take_closed_episodes()
     assert closed and all(first_of[b][0] == a and first_of[b] in alive for a, b in closed)
 
 
@@ -805,14 +813,47 @@ def test_rings_not_yet_full_round_trip_through_a_file(tmp_path):
                       np.zeros(3, bool), rng.normal(size=(3, OBS_DIM)))
         for s in np.flatnonzero(done):
             buf.start_episode(rng.normal(size=OBS_DIM), int(s))
-    assert (buf.sizes < 20).all()
-    assert not np.shares_memory(buf.state_arrays()["obs"], buf.obs)
+    assert (buf.storage.sizes < 20).all()
+    assert not np.shares_memory(files.state_arrays(buf)["obs"], buf.storage.obs)
     buf.save(tmp_path / "r.npz")
     new = ReplayBuffer(60, (OBS_DIM,), ACT_DIM, num_streams=3, seed=9)
     new.load(tmp_path / "r.npz")
     for k in ("obs", "action", "reward", "valid"):
-        np.testing.assert_array_equal(getattr(new, k), getattr(buf, k), err_msg=k)
+        np.testing.assert_array_equal(getattr(new.storage, k), getattr(buf.storage, k), err_msg=k)
     (i1, b1), (i2, b2) = buf.sample(16), new.sample(16)
     np.testing.assert_array_equal(i1, i2)
     for k in b1:
         np.testing.assert_array_equal(b1[k], b2[k], err_msg=k)
+
+
+# ---------------------------------------------------------------------- files of before #70
+@pytest.mark.parametrize("name", ["ddpg-per", "ddpg-refer", "vracer", "td3-lstm", "acer"])
+def test_a_replay_file_written_before_the_table_loads_and_saves_back_the_same(name):
+    """tests/golden/before-70: replay files written by the ReplayBuffer that became the table
+    (issue #70) load into the table their run declares, and save back the same arrays and
+    bookkeeping (the format is unchanged; a prioritized table no longer saves the uniform
+    generator it never draws from)."""
+    import json
+
+    import yaml
+    from golden_runs import BEFORE_70
+
+    from offpolicy.registry import RunConfig
+    from offpolicy.training.build import build
+
+    run_dir = BEFORE_70 / name
+    run = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    table = build(run).replay
+    path = run_dir / "checkpoints" / "step-000000400" / "replay.npz"
+    table.load(path)
+    again = files.state_arrays(table)
+    with np.load(path, allow_pickle=False) as z:
+        assert set(z.files) == set(again)
+        meta = json.loads(bytes(z["meta"]).decode())
+        for k in z.files:
+            if k != "meta":
+                np.testing.assert_array_equal(again[k], z[k], err_msg=k)
+    if name == "ddpg-per":
+        assert meta.pop("rng")
+    assert json.loads(bytes(again["meta"]).decode()) == meta
+    assert len(table) == meta["num_valid"] > 0

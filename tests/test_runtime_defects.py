@@ -133,7 +133,7 @@ def test_python_api_resume_applies_the_cli_rules(tmp_path):
     agent.run.save_checkpoint("latest")
     again = offpolicy.make("ddpg", run_dir=tmp_path / "R", resume=True, quiet=True)
     assert again.step == 200 and again.config.train.seed == 3
-    assert again.run.replay.num_valid == 200
+    assert len(again.run.replay) == 200
     with pytest.raises(OffpolicyError, match="cannot change seed"):
         offpolicy.make("ddpg", seed=4, run_dir=tmp_path / "R", resume=True)
     with pytest.raises(OffpolicyError, match="cannot change ddpg.actor_lr"):
@@ -148,6 +148,6 @@ def test_loaded_agent_learns_with_its_restored_state(tmp_path):
     loaded = offpolicy.load(tmp_path / "R")
     var = agent.run.reward_scale.rms.var
     loaded.learn(20)  # replay starts empty; statistics, keys and counters carry over
-    assert loaded.step == 320 and loaded.run.replay.num_valid == 20
+    assert loaded.step == 320 and len(loaded.run.replay) == 20
     assert loaded.run.reward_scale.rms.count > agent.run.reward_scale.rms.count - 1
     assert abs(float(loaded.run.reward_scale.rms.var) - float(var)) / float(var) < 0.5

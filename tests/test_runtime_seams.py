@@ -117,13 +117,14 @@ def test_a_collector_writing_chunks_fills_replay_as_one_writing_replay_does():
             assert all(isinstance(v, np.ndarray) for v in chunk.values())
             apply_chunk(chunk, remote.learner.sink())
     apply_chunk(sink.take(), remote.learner.sink())
-    a, b = direct.replay, remote.replay
+    a, b = direct.replay.storage, remote.replay.storage
     assert len(a) == len(b) > 40
     for k in ("obs", "action", "reward", "terminated", "truncated", "valid"):
         np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
     # the learner's statistics come from what arrives (a remote collector normalises
     # observations with the copy it was last sent, so --normalize-obs is left out here)
-    assert repr(direct.learner.normalizer_state()) == repr(remote.learner.normalizer_state())
+    assert (repr(direct.learner.statistics.state_dict())
+            == repr(remote.learner.statistics.state_dict()))
     assert direct.learner.reward_scale.rms.count > 40
     for c in (c1, c2):
         c.close()
@@ -237,6 +238,39 @@ def test_the_import_graph_points_down_and_has_no_cycles():
     for m in graph:
         if m not in state:
             visit(m, [])
+
+
+# replay's own modules (issue #70), lowest first: each imports replay modules of lower layers
+# only (refer.py, ReF-ER's rules for the agents, reads only the keys)
+REPLAY_LAYERS = [
+    {"keys", "memory"},
+    {"storage"},
+    {"extensions", "removers", "refer"},
+    {"samplers", "prioritized", "stored_returns"},
+    {"files"},
+    {"table"},
+    {"replay"},  # the package's face
+]
+
+
+def test_replay_is_a_table_of_parts_whose_imports_point_down():
+    """storage below the parts (samplers, removers, extensions) below the file and the table;
+    every module of replay/ has its layer, and the learner imports none of the algorithm
+    features (stored returns, ReF-ER, PER, contexts) but the table."""
+    graph = _imports()
+    replay = {m: deps for m, deps in graph.items() if m.startswith("offpolicy.replay")}
+
+    def layer(module):
+        name = module.rsplit(".", 1)[-1]
+        return next(i for i, names in enumerate(REPLAY_LAYERS) if name in names)
+
+    assert {p.stem for p in _sources("replay")} - {"__init__"} <= set().union(*REPLAY_LAYERS)
+    for module, deps in replay.items():
+        for dep in deps:
+            if dep.startswith("offpolicy.replay"):
+                assert layer(dep) < layer(module), f"{module} imports {dep}"
+    learner = {d for d in graph["offpolicy.training.learner"] if d.startswith("offpolicy.replay")}
+    assert learner == {"offpolicy.replay.table"}, learner
 
 
 def test_a_checkpoint_saved_before_any_training_loads(tmp_path):

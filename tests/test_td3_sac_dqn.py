@@ -42,20 +42,20 @@ def test_td3_target_is_the_min_of_the_twins_at_the_smoothed_target_action(seed):
     agent = TD3(cfg, (3,), CONT)
     state = agent.init(jax.random.PRNGKey(seed))
     # targets that differ from the online networks, so the test sees which are used
-    target = jax.tree_util.tree_map(lambda x: x + 0.3, state["params"])
+    target = jax.tree_util.tree_map(lambda x: x + 0.3, state.params)
     rng = np.random.default_rng(seed)
     batch = transitions_batch(rng)
     key = jax.random.PRNGKey(seed + 10)
     y = np.asarray(agent.target(target, batch, key))
     # the reference: the same noise draw, clipped by hand, element by element
-    pi_next = np.asarray(agent.pi(target["actor"], batch["next_obs"]))
+    pi_next = np.asarray(agent.pi(target.actor, batch["next_obs"]))
     noise = np.asarray(cfg.policy_noise * jax.random.normal(key, pi_next.shape))
     ref = np.empty(len(y))
     for b in range(len(y)):
         a = [min(1.0, max(-1.0, pi_next[b, i] + min(cfg.noise_clip, max(-cfg.noise_clip,
                                                                         noise[b, i]))))
              for i in range(pi_next.shape[1])]
-        q1, q2 = np.asarray(agent.q(target["critic"], batch["next_obs"][b:b + 1],
+        q1, q2 = np.asarray(agent.q(target.critic, batch["next_obs"][b:b + 1],
                                     np.asarray([a], np.float32)))[:, 0]
         ref[b] = batch["reward"][b] + cfg.gamma * batch["discount"][b] * min(q1, q2)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
@@ -74,8 +74,9 @@ def test_td3_updates_actor_and_targets_every_d_critic_updates(delay):
     for k in range(1, 7):
         new, _, _ = update(state, transitions_batch(rng), jax.random.PRNGKey(k))
         changed = [not all(np.array_equal(a, b) for a, b in zip(
-            jax.tree_util.tree_leaves(new[part][sub]), jax.tree_util.tree_leaves(state[part][sub])))
-            for part, sub in (("params", "actor"), ("target", "actor"), ("params", "critic"))]
+            jax.tree_util.tree_leaves(part(new)), jax.tree_util.tree_leaves(part(state))))
+            for part in (lambda s: s.params.actor, lambda s: s.target.actor,
+                         lambda s: s.params.critic)]
         if changed[0]:
             actor_steps.append(k)
         if changed[1]:
@@ -86,7 +87,7 @@ def test_td3_updates_actor_and_targets_every_d_critic_updates(delay):
     expected = [k for k in range(1, 7) if k % delay == 0]
     assert actor_steps == expected and target_steps == expected
     assert critic_steps == list(range(1, 7))  # the critics learn at every update
-    assert int(state["updates"]) == 6
+    assert int(state.updates) == 6
 
 
 @pytest.mark.parametrize("delay", [1, 2])
@@ -98,22 +99,22 @@ def test_td3_target_every_update_steps_both_targets_before_the_actor(delay):
     sbx, paper = TD3(replace(cfg, target_every_update=True), (3,), CONT), TD3(cfg, (3,), CONT)
     state = sbx.init(jax.random.PRNGKey(0))
     # targets apart from the online networks, so that every soft update shows
-    state["target"] = jax.tree_util.tree_map(lambda x: x + 0.5, state["target"])
+    state = state.replace(target=jax.tree_util.tree_map(lambda x: x + 0.5, state.target))
     rng = np.random.default_rng(1)
     for k in range(1, 5):
         batch, key = transitions_batch(rng), jax.random.PRNGKey(k)
         new, _, _ = jax.jit(sbx.update)(state, batch, key)
         ref, _, _ = jax.jit(paper.update)(state, batch, key)
         for part in ("actor", "critic"):  # the same learning steps
-            for a, b in zip(jax.tree_util.tree_leaves(new["params"][part]),
-                            jax.tree_util.tree_leaves(ref["params"][part])):
+            for a, b in zip(jax.tree_util.tree_leaves(getattr(new.params, part)),
+                            jax.tree_util.tree_leaves(getattr(ref.params, part))):
                 np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
         # the targets: tau (critic after this step, actor before it) + (1 - tau) old target
-        online = {"critic": new["params"]["critic"], "actor": state["params"]["actor"]}
+        online = {"critic": new.params.critic, "actor": state.params.actor}
         for part in ("actor", "critic"):
-            for t, o, old in zip(jax.tree_util.tree_leaves(new["target"][part]),
+            for t, o, old in zip(jax.tree_util.tree_leaves(getattr(new.target, part)),
                                  jax.tree_util.tree_leaves(online[part]),
-                                 jax.tree_util.tree_leaves(state["target"][part])):
+                                 jax.tree_util.tree_leaves(getattr(state.target, part))):
                 np.testing.assert_allclose(t, 0.3 * np.asarray(o) + 0.7 * np.asarray(old),
                                            rtol=1e-5, atol=1e-6)
         state = new
@@ -124,13 +125,13 @@ def test_td3_actor_min_q_ascends_the_smaller_twin():
     critics evaluated one by one; off: Q_1's alone (Algorithm 1)."""
     cfg = C.TD3Config(hidden=(8, 8))
     sbx, paper = TD3(replace(cfg, actor_min_q=True), (3,), CONT), TD3(cfg, (3,), CONT)
-    p = sbx.init(jax.random.PRNGKey(0))["params"]
+    p = sbx.init(jax.random.PRNGKey(0)).params
     obs = 3 * np.random.default_rng(3).normal(size=(64, 3)).astype(np.float32)
-    q = np.asarray(sbx.q(p["critic"], obs, sbx.pi(p["actor"], obs)))  # [2, B]
+    q = np.asarray(sbx.q(p.critic, obs, sbx.pi(p.actor, obs)))  # [2, B]
     assert (q[0] < q[1]).any() and (q[1] < q[0]).any()  # each twin is the smaller somewhere
     ref = -np.mean([min(q[0, b], q[1, b]) for b in range(obs.shape[0])])
-    assert float(sbx.actor_loss(p["actor"], p["critic"], obs)) == pytest.approx(ref, rel=1e-5)
-    assert float(paper.actor_loss(p["actor"], p["critic"], obs)) == \
+    assert float(sbx.actor_loss(p.actor, p.critic, obs)) == pytest.approx(ref, rel=1e-5)
+    assert float(paper.actor_loss(p.actor, p.critic, obs)) == \
         pytest.approx(-q[0].mean(), rel=1e-5)
 
 
@@ -228,7 +229,7 @@ def test_sac_update_raises_alpha_for_a_nearly_deterministic_policy():
     state = agent.init(jax.random.PRNGKey(0))
     new, metrics, _ = jax.jit(agent.update)(state, transitions_batch(np.random.default_rng(0)),
                                             jax.random.PRNGKey(1))
-    assert float(new["log_alpha"]) > float(state["log_alpha"])
+    assert float(new.log_alpha) > float(state.log_alpha)
     assert float(metrics["entropy"]) < agent.target_entropy
 
 
@@ -259,10 +260,10 @@ def _dqn(**kw):
 def test_dqn_one_step_target_against_a_loop(double):
     agent = _dqn(double=double, gamma=0.9)
     state = agent.init(jax.random.PRNGKey(0))
-    target = agent.init(jax.random.PRNGKey(7))["params"]  # an unrelated target network
+    target = agent.init(jax.random.PRNGKey(7)).params  # an unrelated target network
     batch = transitions_batch(np.random.default_rng(1), discrete=4)
-    _, _, g = agent.targets(state["params"], target, batch)
-    q_online = np.asarray(agent.q_values(state["params"], batch["next_obs"]))
+    _, _, g = agent.targets(state.params, target, batch)
+    q_online = np.asarray(agent.q_values(state.params, batch["next_obs"]))
     q_target = np.asarray(agent.q_values(target, batch["next_obs"]))
     for b in range(len(g)):
         if double:  # the online network picks, the target network values (Eq. 4)
@@ -292,8 +293,8 @@ def test_dqn_n_step_target_against_a_loop(seed):
              "action": rng.integers(0, 4, (n, B, 1)).astype(np.float32),
              "reward": rng.normal(size=(n, B)).astype(np.float32),
              "discount": (~terminated).astype(np.float32), "mask": mask}
-    _, a0, g = agent.targets(state["params"], state["params"], batch)
-    v = np.asarray(agent.q_values(state["params"], batch["obs"][1:])).max(-1)  # [n, B]
+    _, a0, g = agent.targets(state.params, state.params, batch)
+    v = np.asarray(agent.q_values(state.params, batch["obs"][1:])).max(-1)  # [n, B]
     for b in range(B):
         ret, disc = 0.0, 1.0
         for t in range(n):
@@ -311,7 +312,7 @@ def test_dueling_heads_keep_the_advantage_mean_at_zero():
     """Q = V + A - mean_a A (Wang et al. 2016, Eq. 9): a per-action shift d of the advantage
     head moves Q by d - mean(d) (a constant shift not at all), a shift of V moves every Q."""
     agent = _dqn(dueling=True)
-    params = agent.init(jax.random.PRNGKey(0))["params"]
+    params = agent.init(jax.random.PRNGKey(0)).params
     obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
     z = np.asarray(agent.q_values(params, obs))
     assert set(params) == {"Torso_0", "Dense_0", "Dense_1"}
@@ -347,7 +348,7 @@ def test_dqn_target_network_is_copied_every_c_updates():
     for k in range(1, 7):
         state, _, _ = update(state, transitions_batch(rng, discrete=4), jax.random.PRNGKey(k))
         same = all(np.array_equal(a, b) for a, b in zip(
-            jax.tree_util.tree_leaves(state["params"]), jax.tree_util.tree_leaves(state["target"])))
+            jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(state.target)))
         assert same == (k % 3 == 0), k
 
 
@@ -362,10 +363,10 @@ def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
         "eval_episodes": 1, "quiet": True, "replay": "per", "updates_per_step": 1.0,
         "warmup_steps": 20}, agent_overrides={"hidden": (8,), "n_step": 3, "double": True})
     r = Run(run, tmp_path / "run")
-    replay = r.learner.replay
-    assert replay.per is not None
+    per = r.learner.replay.sampler.selector.per  # the table's prioritized selector's ranking
+    assert per is not None
     drawn, written = [], []
-    sample, update = replay.prioritized_sample, replay.update_priorities
+    sample, update = per.sample, per.update
 
     def spy_sample(n, step):
         idx, weight = sample(n, step)
@@ -376,7 +377,7 @@ def test_dqn_with_n_step_windows_and_per_trains(tmp_path):
         written.append((np.array(idx), np.array(priority)))
         update(idx, priority)
 
-    replay.prioritized_sample, replay.update_priorities = spy_sample, spy_update
+    per.sample, per.update = spy_sample, spy_update
     r.train(final_eval=False)
     assert r.learner.updates > 300 and len(drawn) == len(written) == r.learner.updates
     for start, (slots, priority) in zip(drawn, written):
@@ -565,7 +566,7 @@ def test_dqn_learns_from_atari_frames_with_the_nature_cnn(tmp_path):
     r = Run(run, tmp_path / "run")
     r.train(final_eval=False)
     assert r.learner.updates >= 70
-    assert "NatureCNN_0" in r.learner.state["params"]["Torso_0"]
+    assert "NatureCNN_0" in r.learner.state.params["Torso_0"]
 
 
 @pytest.mark.parametrize("algo,preset", [("dqn", "paper"), ("acer", "paper-atari")])

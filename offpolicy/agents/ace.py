@@ -33,8 +33,6 @@ Acting (Eq. 8, Algorithm 1): a = argmax over {f_mu_i(z)} of f_q^d(z, .) plus OU 
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -43,9 +41,11 @@ import optax
 
 from offpolicy.agents.acting import NoiseSpec
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
+from offpolicy.agents.types import DDPGState
 from offpolicy.config import ACEConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import ACTIVATIONS, final_init, hidden_init, soft_update, zeros
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 Q_OUT_SCALE = 3e-3  # authors' code: f_q and actor output layers orthogonal x 3e-3
 ACTOR_OUT_SCALE = 3e-3
@@ -197,15 +197,12 @@ class ACE:
     def _critic_part(self, p: dict) -> dict:
         return {k: v for k, v in p.items() if self._role(k) == "critic"}
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> DDPGState:
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
         params = self.net.init(key, obs, self.with_model, method=ACENetwork.init_all)["params"]
-        return {
-            "params": params,
-            "target": params,
-            "actor_opt": self.actor_opt.init(self._actor_part(params)),
-            "critic_opt": self.critic_opt.init(self._critic_part(params)),
-        }
+        return DDPGState(params=params, target=params,
+                         actor_opt=self.actor_opt.init(self._actor_part(params)),
+                         critic_opt=self.critic_opt.init(self._critic_part(params)), refer=None)
 
     def q_tree(self, params, z, a, depth):
         return self._call(params, ACENetwork.q_tree, z, a, depth, self.config.gamma)
@@ -214,16 +211,16 @@ class ACE:
     def bootstrap_target(self, target: dict, batch: dict) -> jax.Array:
         """y = r + gamma c max_i f_q^d'(z', f_mu'_i(z')) from the target network."""
         c = self.config
-        z_next = self._call(target, ACENetwork.encode, batch["next_obs"])
+        z_next = self._call(target, ACENetwork.encode, batch[NEXT_OBS])
         a_next = self._call(target, ACENetwork.actors, z_next)  # [B, N, m]
         v_next = jnp.max(self.q_tree(target, z_next, a_next, self.train_depth), axis=-1)
-        return jax.lax.stop_gradient(batch["reward"] + c.gamma * batch["discount"] * v_next)
+        return jax.lax.stop_gradient(batch[REWARD] + c.gamma * batch[DISCOUNT] * v_next)
 
     def critic_loss(self, cp: dict, params: dict, target: dict, batch: dict, y: jax.Array):
         """L_Q of Algorithm 1 (value model) or Algorithm 2 (transition model)."""
         c, d = self.config, self.train_depth
         p = {**params, **cp}
-        obs, action, reward = batch["obs"], batch["action"][:, None, :], batch["reward"]
+        obs, action, reward = batch[OBS], batch[ACTION][:, None, :], batch[REWARD]
         z = self._call(p, ACENetwork.encode, obs)
         q, r_hat = self._call(p, ACENetwork.q_tree_and_reward, z, action, d, c.gamma)
         q = q[:, 0]
@@ -241,7 +238,7 @@ class ACE:
         if self.transition_model:
             z1 = self._call(p, ACENetwork.trans, z, action)[:, 0]
             z1_target = jax.lax.stop_gradient(
-                self._call(target, ACENetwork.encode, batch["next_obs"]))
+                self._call(target, ACENetwork.encode, batch[NEXT_OBS]))
             t_loss = 0.5 * jnp.mean((z1 - z1_target) ** 2)
             loss = loss + t_loss
             aux["transition_loss"] = t_loss
@@ -252,7 +249,7 @@ class ACE:
         the actor chosen when acting (ACE-Alt; index -1 from random warm-up -> zeros)."""
         if self.config.actor_update == "selected":
             return jax.nn.one_hot(batch["actor"], self.num_actors)
-        return jnp.ones((batch["obs"].shape[0], self.num_actors))
+        return jnp.ones((batch[OBS].shape[0], self.num_actors))
 
     def actor_loss(self, ap: dict, params: dict, obs: jax.Array, weights: jax.Array):
         """L_mu = -sum_i mean_b w_bi f_q^d(sg(z), f_mu_i(z)): the gradient enters through the
@@ -263,23 +260,24 @@ class ACE:
         v = self.q_tree(p, jax.lax.stop_gradient(z), b, self.train_depth)  # [B, N]
         return -jnp.sum(jnp.mean(v * weights, axis=0)), (v, b)
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
-        params, target = state["params"], state["target"]
+    def update(self, state: DDPGState, batch: dict, key: jax.Array
+               ) -> tuple[DDPGState, dict, dict]:
+        params, target = state.params, state.target
         y = self.bootstrap_target(target, batch)
         cp = self._critic_part(params)
         (c_loss, aux), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
             cp, params, target, batch, y)
-        upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], cp)
+        upd, critic_opt = self.critic_opt.update(grads, state.critic_opt, cp)
         params = {**params, **optax.apply_updates(cp, upd)}
 
         ap = self._actor_part(params)
         (a_loss, (v, b)), grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            ap, params, batch["obs"], self.actor_weights(batch))
-        upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
+            ap, params, batch[OBS], self.actor_weights(batch))
+        upd, actor_opt = self.actor_opt.update(grads, state.actor_opt, ap)
         params = {**params, **optax.apply_updates(ap, upd)}
 
-        new_state = {"params": params, "target": soft_update(target, params, self.config.tau),
-                     "actor_opt": actor_opt, "critic_opt": critic_opt}
+        new_state = DDPGState(params=params, target=soft_update(target, params, self.config.tau),
+                              actor_opt=actor_opt, critic_opt=critic_opt, refer=None)
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "target_mean": jnp.mean(y),
                    **aux, **self.diversity(v, b)}
         return new_state, metrics, {}
@@ -294,8 +292,8 @@ class ACE:
         return {"action_spread": spread, "chosen_fraction": chosen}
 
     # ------------------------------------------------------------------ acting
-    def acting_params(self, state: dict) -> dict:
-        return state["params"]
+    def acting_params(self, state: DDPGState) -> dict:
+        return state.params
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         """Eq. (8) with f_q^d: the proposal with the highest tree-search value (greedy; the

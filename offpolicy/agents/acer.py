@@ -44,8 +44,6 @@ baselines does); RMSProp (A3C's optimiser) with global-norm clipping.
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -53,11 +51,13 @@ import optax
 
 from offpolicy import returns
 from offpolicy.agents.base import AgentContext, sequences
+from offpolicy.agents.types import ACERState
 from offpolicy.config import ACERConfig
 from offpolicy.distributions import Categorical, Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import MLP, Dense, Torso, soft_update, softplus_init, use_cnn
+from offpolicy.replay.keys import ACTION, DISCOUNT, MASK, OBS, REWARD
 
 CATEGORICAL = Categorical()
 GAUSSIAN = Gaussian()
@@ -279,17 +279,17 @@ class ACER:
                     if config.max_grad_norm > 0 else opt)
 
     # ------------------------------------------------------------------ state
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> ACERState:
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
         if self.discrete:
             params = self.net.init(key, obs)["params"]
         else:
             actions = jnp.zeros((1, 1, self.m), jnp.float32)
             params = self.net.init(key, obs, actions, method=ContinuousNetwork.init_all)["params"]
-        return {"params": params, "average": params, "opt": self.opt.init(params)}
+        return ACERState(params=params, average=params, opt=self.opt.init(params))
 
-    def acting_params(self, state: dict) -> dict:
-        return state["params"]
+    def acting_params(self, state: ACERState) -> dict:
+        return state.params
 
     # ------------------------------------------------------------------ acting
     def _stats(self, params, obs):
@@ -314,16 +314,17 @@ class ACER:
         return mean, GAUSSIAN.info(mean, std)
 
     # ------------------------------------------------------------------ learning
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: ACERState, batch: dict, key: jax.Array
+               ) -> tuple[ACERState, dict, dict]:
         loss_fn = self._discrete_loss if self.discrete else self._continuous_loss
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state["params"], state["average"], batch, key)
-        upd, opt = self.opt.update(grads, state["opt"], state["params"])
-        params = optax.apply_updates(state["params"], upd)
+            state.params, state.average, batch, key)
+        upd, opt = self.opt.update(grads, state.opt, state.params)
+        params = optax.apply_updates(state.params, upd)
         # theta_a <- alpha theta_a + (1 - alpha) theta, after every update (Algorithms 2-3)
-        average = soft_update(state["average"], params, 1.0 - self.alpha)
+        average = soft_update(state.average, params, 1.0 - self.alpha)
         metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **metrics}
-        return {"params": params, "average": average, "opt": opt}, metrics, {}
+        return ACERState(params=params, average=average, opt=opt), metrics, {}
 
     def _project(self, g, k):
         if self.config.trust_region:
@@ -332,11 +333,11 @@ class ACER:
 
     def _discrete_loss(self, params, average, batch, key):
         c, cfg = self.c, self.config
-        mask = batch["mask"]
+        mask = batch[MASK]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
-        action = batch["action"][..., 0].astype(jnp.int32)  # [T, B]
-        logits, q_all = self.net.apply({"params": params}, batch["obs"])  # [T+1, B, n]
-        avg_logits, _ = self.net.apply({"params": average}, batch["obs"][:-1])
+        action = batch[ACTION][..., 0].astype(jnp.int32)  # [T, B]
+        logits, q_all = self.net.apply({"params": params}, batch[OBS])  # [T+1, B, n]
+        avg_logits, _ = self.net.apply({"params": average}, batch[OBS][:-1])
         probs_all = jax.nn.softmax(logits, axis=-1)
         probs, q = probs_all[:-1], q_all[:-1]
         pi_sg, q_sg = jax.lax.stop_gradient(probs_all), jax.lax.stop_gradient(q_all)
@@ -349,7 +350,7 @@ class ACER:
         mu = jnp.where(valid, jnp.maximum(batch["probs"], _TINY), pi_sg[:-1])
         rho_all = jnp.where(valid, pi_sg[:-1] / mu, 1.0)
         rho = jnp.take_along_axis(rho_all, action[..., None], -1)[..., 0]
-        qret = returns.retrace(batch["reward"], cfg.gamma * batch["discount"], q_taken_sg,
+        qret = returns.retrace(batch[REWARD], cfg.gamma * batch[DISCOUNT], q_taken_sg,
                                values_all[1:], rho, 1.0, mask=mask)
         qret = jax.lax.stop_gradient(qret)
 
@@ -372,9 +373,9 @@ class ACER:
 
     def _continuous_loss(self, params, average, batch, key):
         c, cfg, m = self.c, self.config, self.m
-        mask = batch["mask"]
+        mask = batch[MASK]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
-        obs, action = batch["obs"], batch["action"]  # [T+1, B, ...], [T, B, m]
+        obs, action = batch[OBS], batch[ACTION]  # [T+1, B, ...], [T, B, m]
         apply = self.net.apply
         phi_all, v_all = apply({"params": params}, obs)
         avg_phi, _ = apply({"params": average}, obs[:-1])
@@ -397,12 +398,12 @@ class ACER:
               "std": jnp.where(valid, batch["std"], std_sg)}
         log_mu = GAUSSIAN.log_prob(mu, action)
         rho = jnp.exp(GAUSSIAN.log_prob((mean_sg, std_sg), action) - log_mu)
-        disc = cfg.gamma * batch["discount"]
+        disc = cfg.gamma * batch[DISCOUNT]
         q_sg, v_sg = jax.lax.stop_gradient(q_tilde), jax.lax.stop_gradient(value)
         next_v = jax.lax.stop_gradient(v_all[1:])
-        qret = jax.lax.stop_gradient(returns.retrace(batch["reward"], disc, q_sg, next_v, rho,
+        qret = jax.lax.stop_gradient(returns.retrace(batch[REWARD], disc, q_sg, next_v, rho,
                                                      1.0, action_dims=m, mask=mask))
-        qopc = jax.lax.stop_gradient(returns.q_opc(batch["reward"], disc, q_sg, next_v,
+        qopc = jax.lax.stop_gradient(returns.q_opc(batch[REWARD], disc, q_sg, next_v,
                                                    mask=mask))
 
         phi_sg = jax.lax.stop_gradient(phi)

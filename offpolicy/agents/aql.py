@@ -57,11 +57,13 @@ from offpolicy import returns
 from offpolicy.agents.aql_proposal import Proposal
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, sequences
 from offpolicy.agents.recurrent import Recurrence
+from offpolicy.agents.types import AQLState
 from offpolicy.config import AQLConfig
 from offpolicy.envs import action_embedding as emb
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import ACTIVATIONS, MLP, Dense
+from offpolicy.replay.keys import ACTION, DISCOUNT, MASK, OBS, REWARD
 
 
 class QNetwork(nn.Module):
@@ -131,7 +133,7 @@ class AQL:
         self.uses_proposal = self.search == "proposal"
 
     # ------------------------------------------------------------------ state
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> AQLState:
         kq, kf, kp = jax.random.split(key, 3)
         kc = jax.random.fold_in(key, 3)  # the core's (feed-forward keys stay as they were)
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
@@ -141,19 +143,18 @@ class AQL:
             obs = self.embed(params["core"], obs)
         q = self.q_net.init(kq, obs, jnp.zeros((1, 1, self.embed_dim), jnp.float32))["params"]
         params["q"] = q
-        state = {}
+        proposal_opt = None
         if self.uses_proposal:
             feats = self.features.init(kf, obs)["params"]
             width = self.config.proposal_hidden[-1]  # config sizes are never empty
             params["proposal"] = {"features": feats, "heads": self.proposal.init(kp, width)}
-            state["proposal_opt"] = self.proposal_opt.init(params["proposal"])
-        state.update({"params": params, "q_opt": self.q_opt.init(self._q_part(params)),
-                      "updates": jnp.zeros((), jnp.int32)})
-        if self.config.target_update_every:
-            state["target_q"] = q
-            if self.embedding is not None:
-                state["target_core"] = params["core"]
-        return state
+            proposal_opt = self.proposal_opt.init(params["proposal"])
+        targets = self.config.target_update_every > 0
+        return AQLState(params=params, proposal_opt=proposal_opt,
+                        q_opt=self.q_opt.init(self._q_part(params)),
+                        updates=jnp.zeros((), jnp.int32),
+                        target_q=q if targets else None,
+                        target_core=params.get("core") if targets else None)
 
     def embed(self, core_params, obs):
         """The shared state embedding: the core's features of ``obs`` (a context), or the
@@ -166,8 +167,8 @@ class AQL:
         """What the Q loss trains: Q, and the core in front of it."""
         return (params["q"], params["core"]) if self.embedding is not None else params["q"]
 
-    def acting_params(self, state: dict) -> dict:
-        return state["params"]
+    def acting_params(self, state: AQLState) -> dict:
+        return state.params
 
     # ------------------------------------------------------------------ search
     def q_values(self, q_params, obs, actions):
@@ -333,12 +334,13 @@ class AQL:
                 "distributions": [d[..., 0, :] for d in dists]}
 
     # ------------------------------------------------------------------ learning
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: AQLState, batch: dict, key: jax.Array
+               ) -> tuple[AQLState, dict, dict]:
         c = self.config
-        params = state["params"]
+        params = state.params
         if self.embedding is not None:  # obs: a view of the unroll's history
             batch = self.rec.sequence_view(batch)
-        obs, mask = batch["obs"], batch["mask"]  # [T+1, B, d], [T, B]
+        obs, mask = batch[OBS], batch[MASK]  # [T+1, B, d], [T, B]
         denom = jnp.maximum(jnp.sum(mask), 1.0)
         # the shared state embedding [T+1, B, E], run once: the Q loss's gradient reaches the
         # core through its pull-back
@@ -346,17 +348,17 @@ class AQL:
             h, embed_vjp = jax.vjp(lambda cp: self.embed(cp, obs), params["core"])
         else:
             h, embed_vjp = obs, None
-        target_q = state.get("target_q", params["q"])
-        h_target = self.embed(state["target_core"], obs) if "target_core" in state else h
+        target_q = params["q"] if state.target_q is None else state.target_q
+        h_target = h if state.target_core is None else self.embed(state.target_core, obs)
         # a*(s) at every state of the unroll with the current networks (recomputed, see doc)
         a_star, _, info = self.argmax(params, params["q"], h, key)
         a_star = jax.lax.stop_gradient(a_star)
         next_q = self.q_values(target_q, h_target[1:], a_star[1:, :, None, :])[..., 0]
-        g = returns.lambda_returns(batch["reward"], c.gamma * batch["discount"],
+        g = returns.lambda_returns(batch[REWARD], c.gamma * batch[DISCOUNT],
                                    jax.lax.stop_gradient(next_q), c.lambda_, mask=mask)
 
         def q_loss(q_params, hh):
-            q = self.q_values(q_params, hh[:-1], batch["action"][:, :, None, :])[..., 0]
+            q = self.q_values(q_params, hh[:-1], batch[ACTION][:, :, None, :])[..., 0]
             return 0.5 * jnp.sum(jnp.where(mask > 0, (g - q) ** 2, 0.0)) / denom, q
 
         trained = self._q_part(params)
@@ -366,18 +368,21 @@ class AQL:
             grads = (g_q, embed_vjp(g_h)[0])
         else:
             (loss_q, q_taken), grads = jax.value_and_grad(q_loss, has_aux=True)(params["q"], h)
-        upd, q_opt = self.q_opt.update(grads, state["q_opt"], trained)
+        upd, q_opt = self.q_opt.update(grads, state.q_opt, trained)
         trained = optax.apply_updates(trained, upd)
         new_params = {**params, **({"q": trained[0], "core": trained[1]}
                                    if self.embedding is not None else {"q": trained})}
-        new_state = {**state, "params": new_params, "q_opt": q_opt,
-                     "updates": state["updates"] + 1}
-        if c.target_update_every:
-            copy = (new_state["updates"] % c.target_update_every) == 0
-            for key_, name in (("target_q", "q"), ("target_core", "core")):
-                if key_ in state:
-                    new_state[key_] = jax.tree_util.tree_map(
-                        lambda t, q: jnp.where(copy, q, t), state[key_], new_params[name])
+        updates = state.updates + 1
+        copy = (updates % c.target_update_every) == 0 if c.target_update_every else False
+
+        def copied(target, online):
+            """The target network, the online one's copy every target_update_every updates."""
+            return None if target is None else jax.tree_util.tree_map(
+                lambda t, q: jnp.where(copy, q, t), target, online)
+
+        target_q = copied(state.target_q, new_params["q"])
+        target_core = copied(state.target_core, new_params.get("core"))
+        proposal_opt = state.proposal_opt
 
         def mean(x):
             return jnp.sum(jnp.where(mask > 0, x, 0.0)) / denom
@@ -398,13 +403,14 @@ class AQL:
 
             (loss_p, (nll, ent)), pgrads = jax.value_and_grad(proposal_loss, has_aux=True)(
                 params["proposal"])
-            pupd, p_opt = self.proposal_opt.update(pgrads, state["proposal_opt"],
-                                                   params["proposal"])
-            new_state["params"]["proposal"] = optax.apply_updates(params["proposal"], pupd)
-            new_state["proposal_opt"] = p_opt
+            pupd, proposal_opt = self.proposal_opt.update(pgrads, state.proposal_opt,
+                                                          params["proposal"])
+            new_params["proposal"] = optax.apply_updates(params["proposal"], pupd)
             ent_per = jnp.sum(jnp.where(mask[..., None] > 0, ent, 0.0), (0, 1)) / denom
             metrics |= {"proposal_loss": loss_p, "proposal_nll": mean(nll),
                         "proposal_entropy": ent_per,
                         "argmax_from_proposal": mean(info["from_proposal"][:-1]),
                         "q_gap_proposal_uniform": mean(info["q_gap"][:-1])}
+        new_state = AQLState(params=new_params, proposal_opt=proposal_opt, q_opt=q_opt,
+                             updates=updates, target_q=target_q, target_core=target_core)
         return new_state, metrics, {}

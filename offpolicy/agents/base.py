@@ -62,7 +62,8 @@ Every agent is built as ``Agent(config, obs_shape, action_spec, context)``: the 
 config section, the observation shape, the env's ``ActionSpec`` and an :class:`AgentContext`
 with what the training loop decides for it (the replay choice and its constants, the segment
 length). The agent's state may be any pytree (a dict, a NamedTuple or a ``flax.struct``
-dataclass per role): the learner and checkpoints take it as it is.
+dataclass per role): the learner and checkpoints take it as it is. The package's agents keep
+theirs in the dataclasses of :mod:`offpolicy.agents.types`.
 """
 
 from __future__ import annotations
@@ -74,68 +75,20 @@ from typing import Any, Protocol, runtime_checkable
 import jax
 import numpy as np
 
+# the data specs and the keys an agent reads from a batch are replay's (replay/keys.py),
+# handed on here as the contract's own
+from offpolicy.replay.keys import CONTEXT_OBS as CONTEXT_OBS
+from offpolicy.replay.keys import CONTEXT_POSITION as CONTEXT_POSITION
+from offpolicy.replay.keys import CONTEXT_STATE as CONTEXT_STATE
+from offpolicy.replay.keys import CORE_STATE, DataSpec, FieldSpecs
+from offpolicy.replay.keys import DATA_KINDS as DATA_KINDS
+from offpolicy.replay.keys import episodes as episodes
+from offpolicy.replay.keys import sequences as sequences
+from offpolicy.replay.keys import transitions as transitions
 from offpolicy.replay.refer import ER, ReplaySettings
 from offpolicy.replay.stored_returns import StoredReturn
 
-FieldSpecs = dict[str, tuple]  # name -> (shape, dtype) or (shape, dtype, initial)
-
-DATA_KINDS = ("transitions", "sequences", "episodes")
-
-
-@dataclass(frozen=True)
-class DataSpec:
-    """What an update learns from; build with :func:`transitions`, :func:`sequences` or
-    :func:`episodes` (a recurrent agent adds a context: :meth:`with_context`)."""
-
-    kind: str
-    length: int = 1  # sequences: window length T; episodes: the maximum episode length
-    # recurrent agents: up to this many steps of the same episode before each sampled step
-    # (transitions) or window (sequences), as ``context_obs``; with ``context_state``, the
-    # core state recorded while acting at the context's first step too
-    context: int = 0
-    context_state: bool = False
-    recurrent: bool = False  # samples carry a context (even of no earlier steps: window 1)
-
-    def __post_init__(self):
-        if self.kind not in DATA_KINDS:
-            raise ValueError(f"unknown data kind {self.kind!r} (valid: {', '.join(DATA_KINDS)})")
-        if self.length < 1:
-            raise ValueError(f"{self.kind} length must be >= 1, got {self.length}")
-        if self.context < 0 or (self.context_state and self.kind == "episodes"):
-            raise ValueError(f"invalid context for {self.kind}: {self.context}")
-
-    def with_context(self, steps: int, state: bool) -> DataSpec:
-        """This spec with a recurrent context: each sample also carries ``context_obs``
-        [steps + span + 1, B, ...], the observations from up to ``steps`` steps before the
-        sampled step (transitions; span 1) or window (sequences; span T) to its end, never
-        reaching into another episode, its offset ``context_position`` [B] (how many steps
-        before the sample it starts) and, with ``state``, ``context_state`` [B, S]: the
-        behaviour field :data:`CORE_STATE` at its first step. The context replaces the
-        batch's ``obs`` and ``next_obs`` (it holds them) and its per-step core states."""
-        return DataSpec(self.kind, self.length, int(steps), bool(state), True)
-
-
-def transitions() -> DataSpec:
-    """Batches of single steps: obs, action, reward, next_obs, discount [B] + stored fields."""
-    return DataSpec("transitions")
-
-
-def sequences(length: int) -> DataSpec:
-    """Time-major windows of ``length`` steps of one episode: obs [T+1, B], action, reward,
-    terminated, truncated, discount, mask [T, B] + stored fields [T, B, ...]."""
-    return DataSpec("sequences", int(length))
-
-
-def episodes(max_length: int) -> DataSpec:
-    """Whole episodes from their first step, padded to ``max_length`` (same layout as
-    sequences; an episode longer than ``max_length`` is cut there, its mask stays 1)."""
-    return DataSpec("episodes", int(max_length))
-
-
-CORE_STATE = "core_state"  # the behaviour field of a recurrent core's state before each step
 NEXT_CORE_STATE = "next_core_state"  # policy info: the state after the step (not stored)
-# batch keys of a recurrent context (DataSpec.with_context)
-CONTEXT_OBS, CONTEXT_POSITION, CONTEXT_STATE = "context_obs", "context_position", "context_state"
 
 
 @dataclass(frozen=True)

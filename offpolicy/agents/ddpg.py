@@ -41,8 +41,6 @@ the critic at its second layer.
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -52,6 +50,7 @@ import optax
 from offpolicy.agents.acting import NoiseSpec
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.agents.recurrent import Recurrence
+from offpolicy.agents.types import DDPGState
 from offpolicy.config import DDPGConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
@@ -65,6 +64,7 @@ from offpolicy.networks import (
     soft_update,
 )
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 
 class Encoder(nn.Module):
@@ -172,7 +172,7 @@ class DDPG:
         z = self.encode(params, self._critic_enc, x)
         return self.critic_head.apply({"params": params["critic"]}, z, action)
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> DDPGState:
         k_enc, k_enc2, k_actor, k_critic = jax.random.split(key, 4)
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
         enc = self.encoders[self._actor_enc].init(k_enc, obs)["params"]
@@ -189,21 +189,21 @@ class DDPG:
             critic_in = jnp.concatenate([obs, act], -1) if self.action_at_input else obs
             params["critic_encoder"] = self.encoders["critic_encoder"].init(
                 k_enc2, critic_in)["params"]
-        return {
-            "params": params,
-            "target": params,
-            "actor_opt": self.actor_opt.init({k: params[k] for k in self.actor_keys}),
-            "critic_opt": self.critic_opt.init({k: params[k] for k in self.critic_keys}),
-            **({"refer": refer.init_state(self.replay)} if self.replay.tracks_behaviour else {}),
-        }
+        return DDPGState(
+            params=params,
+            target=params,
+            actor_opt=self.actor_opt.init({k: params[k] for k in self.actor_keys}),
+            critic_opt=self.critic_opt.init({k: params[k] for k in self.critic_keys}),
+            refer=refer.init_state(self.replay) if self.replay.tracks_behaviour else None,
+        )
 
     # ------------------------------------------------------------------ learning
     def bootstrap_target(self, target: dict, batch: dict) -> jax.Array:
         """y = r + gamma c Q'(s', mu'(s')) from the target networks (c = 0 at termination)."""
-        next_obs = batch["next_obs"]
+        next_obs = batch[NEXT_OBS]
         q_next = self.q(target, next_obs, self.mu(target, next_obs))
-        return jax.lax.stop_gradient(batch["reward"]
-                                     + self.config.gamma * batch["discount"] * q_next)
+        return jax.lax.stop_gradient(batch[REWARD]
+                                     + self.config.gamma * batch[DISCOUNT] * q_next)
 
     def critic_loss(self, cp: dict, params: dict, batch: dict, y: jax.Array,
                     weights: jax.Array | float = 1.0):
@@ -211,7 +211,7 @@ class DDPG:
         with ``critic_l2_biases``; with a shared encoder its layer counts too, as the critic
         trains it).
         ``weights``: Rule 1's near-policy mask times PER's importance weights (1 for ER)."""
-        q = self.q({**params, **cp}, batch["obs"], batch["action"])
+        q = self.q({**params, **cp}, batch[OBS], batch[ACTION])
         loss = 0.5 * jnp.mean(weights * (q - y) ** 2)
         if self.config.critic_l2 > 0:
             loss = loss + self.config.critic_l2 * l2_kernels(cp, self.config.critic_l2_biases)
@@ -243,30 +243,31 @@ class DDPG:
 
     def log_ratio(self, batch: dict, mean: jax.Array) -> jax.Array:
         """log pi(a_t|s_t) - log mu_t(a_t|s_t) [B]."""
-        return refer.fixed_std_log_ratio(batch["action"], batch["mean"], mean, self.sigma)
+        return refer.fixed_std_log_ratio(batch[ACTION], batch["mean"], mean, self.sigma)
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: DDPGState, batch: dict, key: jax.Array
+               ) -> tuple[DDPGState, dict, dict]:
         c, r = self.config, self.replay
-        params, target = state["params"], state["target"]
+        params, target = state.params, state.target
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
         # Rule 1 masks both steps, PER weights the critic's only, Rule 2 penalises the actor
         weights, critic_w, beta = 1.0, refer.per_weights(r, batch), 1.0
-        extra_state, metrics, writeback = {}, {}, {}
+        refer_state, metrics, writeback = state.refer, {}, {}
         if r.tracks_behaviour:
             # rho and KL with the pre-update actor, refreshed in replay (Algorithm 4)
-            mean = jax.lax.stop_gradient(self.mu(params, batch["obs"]))
+            mean = jax.lax.stop_gradient(self.mu(params, batch[OBS]))
             rho = refer.importance_weight(self.log_ratio(batch, mean), 0.0, r.rho_max)
-            wt = refer.weighting(r, state["refer"], rho, batch)
+            wt = refer.weighting(r, state.refer, rho, batch)
             weights, critic_w, beta = wt.rule_weights, wt.weights, wt.beta
-            extra_state, writeback = {"refer": wt.state}, wt.writeback
+            refer_state, writeback = wt.state, wt.writeback
             metrics = wt.metrics(self.kl(batch["mean"], mean))
 
         y = self.bootstrap_target(target, batch)
         cp = {k: params[k] for k in self.critic_keys}
         (c_loss, q), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
             cp, params, batch, y, critic_w)
-        upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], cp)
+        upd, critic_opt = self.critic_opt.update(grads, state.critic_opt, cp)
         before = params  # the actor ascends this critic with --ddpg.simultaneous-update
         params = {**params, **optax.apply_updates(cp, upd)}
 
@@ -274,27 +275,22 @@ class DDPG:
         penalty = batch["mean"] if r.rule2 else None
         critic = {**params, **{k: before[k] for k in self.critic_keys}} \
             if c.simultaneous_update else params
-        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, critic, batch["obs"], weights,
+        a_loss, grads = jax.value_and_grad(self.actor_loss)(ap, critic, batch[OBS], weights,
                                                             beta, penalty)
-        upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], ap)
+        upd, actor_opt = self.actor_opt.update(grads, state.actor_opt, ap)
         params = {**params, **optax.apply_updates(ap, upd)}
 
-        new_state = {
-            "params": params,
-            "target": soft_update(target, params, c.tau),
-            "actor_opt": actor_opt,
-            "critic_opt": critic_opt,
-            **extra_state,
-        }
+        new_state = DDPGState(params=params, target=soft_update(target, params, c.tau),
+                              actor_opt=actor_opt, critic_opt=critic_opt, refer=refer_state)
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": jnp.mean(q),
                    "target_mean": jnp.mean(y), **metrics}
         return new_state, metrics, writeback | refer.priority(r, jnp.abs(q - y))
 
     # ------------------------------------------------------------------ acting
-    def acting_params(self, state: dict) -> dict:
+    def acting_params(self, state: DDPGState) -> dict:
         """The actor's parameters (and, with a stored core state, the critic's first layer,
         whose core state acting records too)."""
-        p = state["params"]
+        p = state.params
         keys = (self._actor_enc, "actor") + ((self._critic_enc,) if self.rec.stored else ())
         return {k: p[k] for k in keys}
 

@@ -25,20 +25,20 @@ updates / updates_per_step (exact once updates run; before, epsilon stays at its
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, sequences, transitions
+from offpolicy.agents.types import DQNState
 from offpolicy.config import DQNConfig
 from offpolicy.distributions import EpsilonGreedy
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import Dense, Torso, use_cnn
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, MASK, NEXT_OBS, OBS, REWARD
 from offpolicy.returns import n_step_returns
 
 EPSILON_GREEDY = EpsilonGreedy()
@@ -112,10 +112,10 @@ class DQN:
         self.opt = (optax.chain(optax.clip_by_global_norm(c.max_grad_norm), opt)
                     if c.max_grad_norm > 0 else opt)
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> DQNState:
         params = self.net.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))["params"]
-        return {"params": params, "target": params, "opt": self.opt.init(params),
-                "updates": jnp.zeros((), jnp.int32)}
+        return DQNState(params=params, target=params, opt=self.opt.init(params),
+                        updates=jnp.zeros((), jnp.int32))
 
     def q_values(self, params, obs: jax.Array) -> jax.Array:
         return self.net.apply({"params": params}, obs)
@@ -127,17 +127,17 @@ class DQN:
         c = self.config
         double = self.config.double
         if self.data.kind == "transitions":
-            nxt = batch["next_obs"]
+            nxt = batch[NEXT_OBS]
             v = bootstrap_values(self.q_values(target, nxt),
                                  self.q_values(params, nxt) if double else None)
-            g = batch["reward"] + c.gamma * batch["discount"] * v
-            return batch["obs"], batch["action"][..., 0], g
-        nxt = batch["obs"][1:]  # [n, B, ...]: s_{t+1} of each step t of the window
+            g = batch[REWARD] + c.gamma * batch[DISCOUNT] * v
+            return batch[OBS], batch[ACTION][..., 0], g
+        nxt = batch[OBS][1:]  # [n, B, ...]: s_{t+1} of each step t of the window
         v = bootstrap_values(self.q_values(target, nxt),
                              self.q_values(params, nxt) if double else None)
-        g = n_step_returns(batch["reward"], c.gamma * batch["discount"], v, c.n_step,
-                           mask=batch["mask"])
-        return batch["obs"][0], batch["action"][0, :, 0], g[0]
+        g = n_step_returns(batch[REWARD], c.gamma * batch[DISCOUNT], v, c.n_step,
+                           mask=batch[MASK])
+        return batch[OBS][0], batch[ACTION][0, :, 0], g[0]
 
     def loss(self, params, obs, action, g, weights):
         q = self.q_values(params, obs)
@@ -146,16 +146,17 @@ class DQN:
         per_sample = huber(td) if self.config.loss == "huber" else 0.5 * td**2
         return jnp.mean(weights * per_sample), (q_taken, td)
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: DQNState, batch: dict, key: jax.Array
+               ) -> tuple[DQNState, dict, dict]:
         c = self.config
-        params, target = state["params"], state["target"]
+        params, target = state.params, state.target
         obs, action, g = self.targets(params, target, batch)
         g = jax.lax.stop_gradient(g)
         (loss, (q_taken, td)), grads = jax.value_and_grad(self.loss, has_aux=True)(
             params, obs, action, g, refer.per_weights(self.replay, batch))
-        upd, opt = self.opt.update(grads, state["opt"], params)
+        upd, opt = self.opt.update(grads, state.opt, params)
         params = optax.apply_updates(params, upd)
-        updates = state["updates"] + 1
+        updates = state.updates + 1
         # theta^- <- theta every C updates (Algorithm 1)
         target = jax.lax.cond(updates % c.target_update_every == 0, lambda: params,
                               lambda: target)
@@ -165,7 +166,7 @@ class DQN:
         if self.data.kind == "sequences":  # the window's first step holds the priority
             rest = jnp.full((c.n_step - 1, td_abs.shape[0]), jnp.nan, td_abs.dtype)
             td_abs = jnp.concatenate([td_abs[None], rest], axis=0)
-        new_state = {"params": params, "target": target, "opt": opt, "updates": updates}
+        new_state = DQNState(params=params, target=target, opt=opt, updates=updates)
         return new_state, metrics, refer.priority(self.replay, td_abs)
 
     # ------------------------------------------------------------------ acting
@@ -174,8 +175,8 @@ class DQN:
         env_step = self.start_step + updates.astype(jnp.float32) * self.steps_per_update
         return linear_epsilon(env_step, c.epsilon_start, c.epsilon_end, c.epsilon_decay_steps)
 
-    def acting_params(self, state: dict) -> dict:
-        return {"q": state["params"], "epsilon": self.epsilon(state["updates"])}
+    def acting_params(self, state: DQNState) -> dict:
+        return {"q": state.params, "epsilon": self.epsilon(state.updates)}
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         """epsilon-greedy on Q(s, .) while exploring, else argmax_a Q(s, a)."""

@@ -24,8 +24,6 @@ paper``; the lr anneals by Eq. 13 under ReF-ER.
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -34,10 +32,12 @@ import optax
 
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.agents.recurrent import Recurrence
+from offpolicy.agents.types import NAFState
 from offpolicy.config import NAFConfig
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, CoreConfig, Dense, core_features, soft_update
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 
 class NAFNetwork(nn.Module):
@@ -91,10 +91,10 @@ class NAF:
         self.opt = (refer.annealed_adam(config.lr, replay.anneal) if replay.refer
                     else optax.adam(config.lr))
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> NAFState:
         params = self.net.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))["params"]
-        return {"params": params, "target": params, "opt": self.opt.init(params),
-                "refer": refer.init_state(self.replay)}
+        return NAFState(params=params, target=params, opt=self.opt.init(params),
+                        refer=refer.init_state(self.replay))
 
     def q(self, params, obs, action) -> jax.Array:
         value, mean, lower = self.net.apply({"params": params}, obs)
@@ -104,39 +104,40 @@ class NAF:
         return refer.fixed_std_kl(behaviour_mean, mean, self.sigma)
 
     def loss(self, params, batch, y, weights, beta, penalty: bool):
-        value, mean, lower = self.net.apply({"params": params}, batch["obs"])
-        q = value + advantage(mean, lower, batch["action"])
+        value, mean, lower = self.net.apply({"params": params}, batch[OBS])
+        q = value + advantage(mean, lower, batch[ACTION])
         td = q - y
         loss = 0.5 * jnp.mean(weights * td**2)
         if penalty:
             loss = beta * loss + (1.0 - beta) * jnp.mean(self.kl(batch["mean"], mean))
         return loss, (q, td)
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: NAFState, batch: dict, key: jax.Array
+               ) -> tuple[NAFState, dict, dict]:
         c, r = self.config, self.replay
-        params = state["params"]
+        params = state.params
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
-        _, mean, _ = self.net.apply({"params": params}, batch["obs"])
+        _, mean, _ = self.net.apply({"params": params}, batch[OBS])
         mean = jax.lax.stop_gradient(mean)
-        a, m_mu = batch["action"], batch["mean"]
+        a, m_mu = batch[ACTION], batch["mean"]
         log_ratio = refer.fixed_std_log_ratio(a, m_mu, mean, self.sigma)
         rho = refer.importance_weight(log_ratio, 0.0, r.rho_max)
-        wt = refer.weighting(r, state["refer"], rho, batch)
-        next_value, _, _ = self.net.apply({"params": state["target"]}, batch["next_obs"])
-        y = jax.lax.stop_gradient(batch["reward"] + c.gamma * batch["discount"] * next_value)
+        wt = refer.weighting(r, state.refer, rho, batch)
+        next_value, _, _ = self.net.apply({"params": state.target}, batch[NEXT_OBS])
+        y = jax.lax.stop_gradient(batch[REWARD] + c.gamma * batch[DISCOUNT] * next_value)
         (loss, (q, td)), grads = jax.value_and_grad(self.loss, has_aux=True)(
             params, batch, y, wt.weights, wt.beta, r.rule2)
-        upd, opt = self.opt.update(grads, state["opt"], params)
+        upd, opt = self.opt.update(grads, state.opt, params)
         params = optax.apply_updates(params, upd)
-        new_state = {"params": params, "target": soft_update(state["target"], params, c.tau),
-                     "opt": opt, "refer": wt.state}
+        new_state = NAFState(params=params, target=soft_update(state.target, params, c.tau),
+                             opt=opt, refer=wt.state)
         metrics = {"loss": loss, "q_mean": jnp.mean(q), "target_mean": jnp.mean(y),
                    **wt.metrics(self.kl(m_mu, mean))}
         return new_state, metrics, wt.writeback | refer.priority(r, jnp.abs(td))
 
-    def acting_params(self, state: dict) -> dict:
-        return state["params"]
+    def acting_params(self, state: NAFState) -> dict:
+        return state.params
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
         """m(s), or m(s) + sigma N(0, I) when exploring; records the mean."""

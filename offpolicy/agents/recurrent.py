@@ -47,6 +47,7 @@ from offpolicy.agents.base import (
 )
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import Context, CoreConfig, core_state_size
+from offpolicy.replay.keys import NEXT_OBS, OBS, REWARD
 
 
 class Recurrence:
@@ -110,15 +111,15 @@ class Recurrence:
         to t (the earlier ones are the burn-in)."""
         p = batch[CONTEXT_POSITION]
         grad_from = jnp.maximum(p - (self.window - 1), 0)
-        return {**batch, "obs": self._context(batch, p, 0, grad_from),
-                "next_obs": self._context(batch, p + 1, 0, grad_from)}
+        return {**batch, OBS: self._context(batch, p, 0, grad_from),
+                NEXT_OBS: self._context(batch, p + 1, 0, grad_from)}
 
     def sequence_view(self, batch: dict) -> dict:
         """``batch`` with ``obs`` as a view of span T + 1 of its context (the window's
         observations); stored: gradient from the window's first step on."""
         p = batch[CONTEXT_POSITION]
-        span = batch["reward"].shape[0] + 1
-        return {**batch, "obs": self._context(batch, p, span, p)}
+        span = batch[REWARD].shape[0] + 1
+        return {**batch, OBS: self._context(batch, p, span, p)}
 
     # ------------------------------------------------------------------ acting
     def advance(self, params_by_core: dict[str, Any], ctx: Context) -> jnp.ndarray:
@@ -128,14 +129,13 @@ class Recurrence:
             [self.configs[n].module(None).apply({"params": params_by_core[n]}, ctx, final=True)
              for n in self.names], axis=-1)
 
-    # An actor and twin critics with one shared critic core (TD3, SAC; params["actor"] and
-    # params["critic"]["core"]): acting runs the actor and, with a stored core state, records
-    # the critics' core state too.
-    def actor_acting_params(self, params: dict) -> Any:
+    # An actor and twin critics with one shared critic core (TD3, SAC; critic["core"]):
+    # acting runs the actor and, with a stored core state, records the critics' core state
+    # too.
+    def actor_acting_params(self, actor: Any, critic: Any) -> Any:
         """What acting needs: the actor's parameters, and with a stored core state also the
         critics' core."""
-        return ({"actor": params["actor"], "critic_core": params["critic"]["core"]}
-                if self.stored else params["actor"])
+        return {"actor": actor, "critic_core": critic["core"]} if self.stored else actor
 
     def actor_of(self, acting: Any) -> Any:
         """The actor's parameters in what ``actor_acting_params`` returned."""

@@ -43,12 +43,14 @@ import optax
 
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.agents.recurrent import Recurrence
+from offpolicy.agents.types import ActorCritic, SACState
 from offpolicy.config import SACConfig
 from offpolicy.distributions import SquashedGaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.errors import OffpolicyError
 from offpolicy.networks import MLP, CoreConfig, CriticEnsemble, core_features, soft_update
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 SQUASHED = SquashedGaussian()
 
@@ -115,19 +117,19 @@ class SAC:
             self.critic_opt = optax.adam(c.critic_lr)
         self.alpha_opt = optax.adam(c.alpha_lr)
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> SACState:
         k_pi, k_q = jax.random.split(key)
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
         act = jnp.zeros((1, self.spec.dim), jnp.float32)
-        params = {"actor": self.policy_net.init(k_pi, obs)["params"],
-                  "critic": self.critics.init(k_q, obs, act)["params"]}
+        params = ActorCritic(self.policy_net.init(k_pi, obs)["params"],
+                             self.critics.init(k_q, obs, act)["params"])
         log_alpha = jnp.asarray(np.log(self.config.initial_alpha), jnp.float32)
-        return {"params": params, "target_critic": params["critic"], "log_alpha": log_alpha,
-                "actor_opt": self.actor_opt.init(params["actor"]),
-                "critic_opt": self.critic_opt.init(params["critic"]),
-                "alpha_opt": self.alpha_opt.init(log_alpha),
-                **({"refer": refer.init_state(self.replay)} if self.replay.tracks_behaviour
-                   else {})}
+        return SACState(params=params, target_critic=params.critic, log_alpha=log_alpha,
+                        actor_opt=self.actor_opt.init(params.actor),
+                        critic_opt=self.critic_opt.init(params.critic),
+                        alpha_opt=self.alpha_opt.init(log_alpha),
+                        refer=(refer.init_state(self.replay) if self.replay.tracks_behaviour
+                               else None))
 
     def stats(self, actor_params, obs: jax.Array) -> dict[str, jax.Array]:
         mean, std = self.policy_net.apply({"params": actor_params}, obs)
@@ -138,19 +140,19 @@ class SAC:
         return self.critics.apply({"params": critic_params}, obs, action)
 
     # ------------------------------------------------------------------ learning
-    def target(self, state: dict, batch: dict, key: jax.Array) -> jax.Array:
+    def target(self, state: SACState, batch: dict, key: jax.Array) -> jax.Array:
         """y = r + gamma c (min_i Q'_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s')."""
-        next_obs = batch["next_obs"]
-        pi_next = self.stats(state["params"]["actor"], next_obs)
+        next_obs = batch[NEXT_OBS]
+        pi_next = self.stats(state.params.actor, next_obs)
         a_next, info = SQUASHED.sample(key, pi_next["mean"], pi_next["std"])
         log_pi_next = SQUASHED.log_prob(pi_next, info["pre_tanh"], self.config.log_det_eps)
-        q_next = jnp.min(self.q(state["target_critic"], next_obs, a_next), axis=0)
-        soft_value = q_next - jnp.exp(state["log_alpha"]) * log_pi_next
-        y = batch["reward"] + self.config.gamma * batch["discount"] * soft_value
+        q_next = jnp.min(self.q(state.target_critic, next_obs, a_next), axis=0)
+        soft_value = q_next - jnp.exp(state.log_alpha) * log_pi_next
+        y = batch[REWARD] + self.config.gamma * batch[DISCOUNT] * soft_value
         return jax.lax.stop_gradient(y)
 
     def critic_loss(self, critic_params, batch: dict, y: jax.Array, weights):
-        q = self.q(critic_params, batch["obs"], batch["action"])
+        q = self.q(critic_params, batch[OBS], batch[ACTION])
         return 0.5 * jnp.sum(jnp.mean(weights * (q - y[None]) ** 2, axis=1)), q
 
     def actor_loss(self, actor_params, critic_params, obs: jax.Array, alpha: jax.Array,
@@ -166,40 +168,40 @@ class SAC:
             loss = beta * loss + (1.0 - beta) * jnp.mean(SQUASHED.kl(behaviour, pi))
         return loss, log_pi
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: SACState, batch: dict, key: jax.Array
+               ) -> tuple[SACState, dict, dict]:
         c, r = self.config, self.replay
-        params = state["params"]
+        params = state.params
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
         k_target, k_actor = jax.random.split(key)
         weights, critic_w, beta = 1.0, refer.per_weights(r, batch), 1.0
-        extra_state, metrics, writeback = {}, {}, {}
+        refer_state, metrics, writeback = state.refer, {}, {}
         if r.tracks_behaviour:  # rho and KL with the pre-update policy (Algorithm 4)
-            pi = jax.lax.stop_gradient(self.stats(params["actor"], batch["obs"]))
+            pi = jax.lax.stop_gradient(self.stats(params.actor, batch[OBS]))
             behaviour = {"mean": batch["mean"], "std": batch["std"]}
             log_rho = (SQUASHED.log_prob(pi, batch["pre_tanh"])
                        - SQUASHED.log_prob(behaviour, batch["pre_tanh"]))
             rho = refer.importance_weight(log_rho, 0.0, r.rho_max)
-            wt = refer.weighting(r, state["refer"], rho, batch)
+            wt = refer.weighting(r, state.refer, rho, batch)
             weights, critic_w, beta = wt.rule_weights, wt.weights, wt.beta
-            extra_state, writeback = {"refer": wt.state}, wt.writeback
+            refer_state, writeback = wt.state, wt.writeback
             metrics = wt.metrics(SQUASHED.kl(behaviour, pi))
 
         y = self.target(state, batch, k_target)
         (c_loss, q), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-            params["critic"], batch, y, critic_w)
-        upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], params["critic"])
-        params = {**params, "critic": optax.apply_updates(params["critic"], upd)}
+            params.critic, batch, y, critic_w)
+        upd, critic_opt = self.critic_opt.update(grads, state.critic_opt, params.critic)
+        params = params.replace(critic=optax.apply_updates(params.critic, upd))
 
-        alpha = jnp.exp(state["log_alpha"])
+        alpha = jnp.exp(state.log_alpha)
         penalty = {"mean": batch["mean"], "std": batch["std"]} if r.rule2 else None
         (a_loss, log_pi), grads = jax.value_and_grad(self.actor_loss, has_aux=True)(
-            params["actor"], params["critic"], batch["obs"], alpha, k_actor, weights, beta,
-            penalty)
-        upd, actor_opt = self.actor_opt.update(grads, state["actor_opt"], params["actor"])
-        params = {**params, "actor": optax.apply_updates(params["actor"], upd)}
+            params.actor, params.critic, batch[OBS], alpha, k_actor, weights, beta, penalty)
+        upd, actor_opt = self.actor_opt.update(grads, state.actor_opt, params.actor)
+        params = params.replace(actor=optax.apply_updates(params.actor, upd))
 
-        log_alpha, alpha_opt = state["log_alpha"], state["alpha_opt"]
+        log_alpha, alpha_opt = state.log_alpha, state.alpha_opt
         if c.learn_alpha:
             t_loss, grad = jax.value_and_grad(temperature_loss)(log_alpha, log_pi,
                                                                 self.target_entropy)
@@ -208,20 +210,20 @@ class SAC:
         else:
             t_loss = temperature_loss(log_alpha, log_pi, self.target_entropy)
 
-        new_state = {"params": params, "log_alpha": log_alpha,
-                     "target_critic": soft_update(state["target_critic"], params["critic"],
-                                                  c.tau),
-                     "actor_opt": actor_opt, "critic_opt": critic_opt, "alpha_opt": alpha_opt,
-                     **extra_state}
+        new_state = SACState(params=params, log_alpha=log_alpha,
+                             target_critic=soft_update(state.target_critic, params.critic,
+                                                       c.tau),
+                             actor_opt=actor_opt, critic_opt=critic_opt, alpha_opt=alpha_opt,
+                             refer=refer_state)
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "alpha_loss": t_loss,
                    "alpha": alpha, "entropy": -jnp.mean(log_pi), "q_mean": jnp.mean(q[0]),
                    "target_mean": jnp.mean(y), **metrics}
         return new_state, metrics, writeback | refer.priority(r, jnp.abs(q[0] - y))
 
     # ------------------------------------------------------------------ acting
-    def acting_params(self, state: dict) -> Any:
+    def acting_params(self, state: SACState) -> Any:
         """The policy's parameters (with a stored core state, also the critics' core)."""
-        return self.rec.actor_acting_params(state["params"])
+        return self.rec.actor_acting_params(state.params.actor, state.params.critic)
 
     def policy(self, params, obs: jax.Array, key: jax.Array, explore: bool):
         """Samples a = tanh(u) while exploring, else tanh(m(s)); records (m, s, u) for

@@ -34,10 +34,12 @@ import optax
 from offpolicy.agents.acting import NoiseSpec
 from offpolicy.agents.base import DEFAULT_CONTEXT, AgentContext, transitions
 from offpolicy.agents.recurrent import Recurrence
+from offpolicy.agents.types import ActorCritic, TD3State
 from offpolicy.config import TD3Config
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, CoreConfig, CriticEnsemble, core_features, soft_update
 from offpolicy.replay import refer
+from offpolicy.replay.keys import ACTION, DISCOUNT, NEXT_OBS, OBS, REWARD
 
 
 class Actor(nn.Module):
@@ -91,17 +93,17 @@ class TD3:
         self.critic_opt = optax.adam(c.critic_lr)
         self.exploration_noise = NoiseSpec("gaussian", c.exploration_sigma)
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> TD3State:
         k_actor, k_critic = jax.random.split(key)
         obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
         act = jnp.zeros((1, self.spec.dim), jnp.float32)
-        params = {"actor": self.actor.init(k_actor, obs)["params"],
-                  "critic": self.critics.init(k_critic, obs, act)["params"]}
-        return {"params": params, "target": params,
-                "actor_opt": self.actor_opt.init(params["actor"]),
-                "critic_opt": self.critic_opt.init(params["critic"]),
-                "updates": jnp.zeros((), jnp.int32),
-                "actor_loss": jnp.zeros((), jnp.float32)}
+        params = ActorCritic(self.actor.init(k_actor, obs)["params"],
+                             self.critics.init(k_critic, obs, act)["params"])
+        return TD3State(params=params, target=params,
+                        actor_opt=self.actor_opt.init(params.actor),
+                        critic_opt=self.critic_opt.init(params.critic),
+                        updates=jnp.zeros((), jnp.int32),
+                        actor_loss=jnp.zeros((), jnp.float32))
 
     def pi(self, actor_params, obs: jax.Array) -> jax.Array:
         return self.actor.apply({"params": actor_params}, obs)
@@ -111,17 +113,17 @@ class TD3:
         return self.critics.apply({"params": critic_params}, obs, action)
 
     # ------------------------------------------------------------------ learning
-    def target(self, target: dict, batch: dict, key: jax.Array) -> jax.Array:
+    def target(self, target: ActorCritic, batch: dict, key: jax.Array) -> jax.Array:
         c = self.config
-        next_obs = batch["next_obs"]
-        a_next = smoothed_target_action(self.pi(target["actor"], next_obs), key,
+        next_obs = batch[NEXT_OBS]
+        a_next = smoothed_target_action(self.pi(target.actor, next_obs), key,
                                         c.policy_noise, c.noise_clip)
-        y = clipped_double_q_target(self.q(target["critic"], next_obs, a_next),
-                                    batch["reward"], batch["discount"], c.gamma)
+        y = clipped_double_q_target(self.q(target.critic, next_obs, a_next),
+                                    batch[REWARD], batch[DISCOUNT], c.gamma)
         return jax.lax.stop_gradient(y)
 
     def critic_loss(self, critic_params, batch: dict, y: jax.Array, weights):
-        q = self.q(critic_params, batch["obs"], batch["action"])
+        q = self.q(critic_params, batch[OBS], batch[ACTION])
         return jnp.sum(jnp.mean(weights * (q - y[None]) ** 2, axis=1)), q
 
     def actor_loss(self, actor_params, critic_params, obs: jax.Array) -> jax.Array:
@@ -130,44 +132,45 @@ class TD3:
         q = self.q(critic_params, obs, self.pi(actor_params, obs))
         return -jnp.mean(jnp.min(q, axis=0) if self.config.actor_min_q else q[0])
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: TD3State, batch: dict, key: jax.Array
+               ) -> tuple[TD3State, dict, dict]:
         c = self.config
-        params, target = state["params"], state["target"]
+        params, target = state.params, state.target
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
         y = self.target(target, batch, key)
         (c_loss, q), grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-            params["critic"], batch, y, refer.per_weights(self.replay, batch))
-        upd, critic_opt = self.critic_opt.update(grads, state["critic_opt"], params["critic"])
-        params = {**params, "critic": optax.apply_updates(params["critic"], upd)}
+            params.critic, batch, y, refer.per_weights(self.replay, batch))
+        upd, critic_opt = self.critic_opt.update(grads, state.critic_opt, params.critic)
+        params = params.replace(critic=optax.apply_updates(params.critic, upd))
         if c.target_every_update:  # SBX's order: both targets now, the actor step after
             target = soft_update(target, params, c.tau)
 
         def delayed(operand):
             """The actor step on the updated critic, then both targets (Algorithm 1)."""
             params, target, actor_opt, _ = operand
-            a_loss, grads = jax.value_and_grad(self.actor_loss)(params["actor"],
-                                                                params["critic"], batch["obs"])
-            upd, actor_opt = self.actor_opt.update(grads, actor_opt, params["actor"])
-            params = {**params, "actor": optax.apply_updates(params["actor"], upd)}
+            a_loss, grads = jax.value_and_grad(self.actor_loss)(params.actor, params.critic,
+                                                                batch[OBS])
+            upd, actor_opt = self.actor_opt.update(grads, actor_opt, params.actor)
+            params = params.replace(actor=optax.apply_updates(params.actor, upd))
             if not c.target_every_update:
                 target = soft_update(target, params, c.tau)
             return params, target, actor_opt, a_loss
 
-        updates = state["updates"] + 1
+        updates = state.updates + 1
         params, target, actor_opt, a_loss = jax.lax.cond(
             updates % c.policy_delay == 0, delayed, lambda operand: operand,
-            (params, target, state["actor_opt"], state["actor_loss"]))
-        new_state = {"params": params, "target": target, "actor_opt": actor_opt,
-                     "critic_opt": critic_opt, "updates": updates, "actor_loss": a_loss}
+            (params, target, state.actor_opt, state.actor_loss))
+        new_state = TD3State(params=params, target=target, actor_opt=actor_opt,
+                             critic_opt=critic_opt, updates=updates, actor_loss=a_loss)
         metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": jnp.mean(q[0]),
                    "target_mean": jnp.mean(y)}
         return new_state, metrics, refer.priority(self.replay, jnp.abs(q[0] - y))
 
     # ------------------------------------------------------------------ acting
-    def acting_params(self, state: dict) -> Any:
+    def acting_params(self, state: TD3State) -> Any:
         """The actor's parameters (with a stored core state, also the critics' core)."""
-        return self.rec.actor_acting_params(state["params"])
+        return self.rec.actor_acting_params(state.params.actor, state.params.critic)
 
     def policy(self, params, obs: jax.Array, key: jax.Array, explore: bool):
         """pi_phi(s); the exploration noise is added on the host."""

@@ -37,8 +37,6 @@ behaviour recorded while acting, as without a core.
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -47,11 +45,23 @@ import optax
 
 from offpolicy.agents.base import AgentContext, transitions
 from offpolicy.agents.recurrent import Recurrence
+from offpolicy.agents.types import VRACERState
 from offpolicy.config import VRACERConfig
 from offpolicy.distributions import Gaussian
 from offpolicy.envs.spaces import ActionSpec
 from offpolicy.networks import MLP, CoreConfig, Dense, core_features, softplus_init
 from offpolicy.replay import refer
+from offpolicy.replay.keys import (
+    ACTION,
+    DISCOUNT,
+    NEXT_OBS,
+    NEXT_V_TBC,
+    OBS,
+    REWARD,
+    V_BEHAVIOUR,
+    V_LATEST,
+    V_TBC,
+)
 from offpolicy.replay.stored_returns import StoredReturn
 
 GAUSSIAN = Gaussian()
@@ -93,29 +103,29 @@ class VRACER:
         m = spec.dim
         self.stored_return = StoredReturn(config.gamma)
         self.behaviour_fields = {"mean": ((m,), np.float32), "std": ((m,), np.float32),
-                                 "value": ((), np.float32), **self.rec.behaviour_fields}
+                                 V_BEHAVIOUR: ((), np.float32), **self.rec.behaviour_fields}
         nan = float("nan")
         self.writeback_fields = {refer.RHO: ((), np.float32, 1.0),
                                  refer.FAR: ((), np.float32, 0.0),
-                                 "v": ((), np.float32, nan), "v_tbc": ((), np.float32, nan)}
+                                 V_LATEST: ((), np.float32, nan), V_TBC: ((), np.float32, nan)}
         self.opt = (refer.annealed_adam(config.lr, replay.anneal) if replay.refer
                     else optax.adam(config.lr))
 
-    def init(self, key: jax.Array) -> dict[str, Any]:
+    def init(self, key: jax.Array) -> VRACERState:
         params = self.net.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))["params"]
-        return {"params": params, "opt": self.opt.init(params),
-                "refer": refer.init_state(self.replay)}
+        return VRACERState(params=params, opt=self.opt.init(params),
+                           refer=refer.init_state(self.replay))
 
     def loss(self, params, batch, qret, valid, weights, beta, penalty: bool):
-        value, mean, std = self.net.apply({"params": params}, batch["obs"])
+        value, mean, std = self.net.apply({"params": params}, batch[OBS])
         pi = GAUSSIAN.info(mean, std)
-        log_pi = GAUSSIAN.log_prob(pi, batch["action"])
-        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch["action"])
+        log_pi = GAUSSIAN.log_prob(pi, batch[ACTION])
+        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch[ACTION])
         rho = refer.importance_weight(log_pi, log_mu, self.replay.rho_max)
         w = weights * valid
         advantage = jax.lax.stop_gradient(rho * (qret - value))
         pg = -jnp.mean(w * advantage * log_pi)
-        target = jnp.where(valid > 0, batch["v_tbc"], 0.0)
+        target = jnp.where(valid > 0, batch[V_TBC], 0.0)
         value_loss = 0.5 * jnp.mean(w * (value - target) ** 2)
         kl = GAUSSIAN.kl({"mean": batch["mean"], "std": batch["std"]}, pi)
         loss = beta * (pg + value_loss)  # Algorithm 3: beta scales the whole g_hat
@@ -124,50 +134,51 @@ class VRACER:
         return loss, {"policy_loss": pg, "value_loss": value_loss, "kl": kl,
                       "std_mean": jnp.mean(std)}
 
-    def update(self, state: dict, batch: dict, key: jax.Array) -> tuple[dict, dict, dict]:
+    def update(self, state: VRACERState, batch: dict, key: jax.Array
+               ) -> tuple[VRACERState, dict, dict]:
         c, r = self.config, self.replay
-        params = state["params"]
+        params = state.params
         if self.rec.enabled:  # obs and next_obs: views of each step's history
             batch = self.rec.transition_views(batch)
         # the pre-update network: rho, v and the refreshed target (Algorithm 3)
-        value, mean, std = self.net.apply({"params": params}, batch["obs"])
-        next_value, _, _ = self.net.apply({"params": params}, batch["next_obs"])
-        log_pi = GAUSSIAN.log_prob(GAUSSIAN.info(mean, std), batch["action"])
-        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch["action"])
+        value, mean, std = self.net.apply({"params": params}, batch[OBS])
+        next_value, _, _ = self.net.apply({"params": params}, batch[NEXT_OBS])
+        log_pi = GAUSSIAN.log_prob(GAUSSIAN.info(mean, std), batch[ACTION])
+        log_mu = GAUSSIAN.log_prob({"mean": batch["mean"], "std": batch["std"]}, batch[ACTION])
         rho = refer.importance_weight(log_pi, log_mu, r.rho_max)
-        stored_next = batch["next_v_tbc"]
+        stored_next = batch[NEXT_V_TBC]
         at_end = jnp.isnan(stored_next)  # the episode's last step (or its successor unknown)
-        bootstrap = jnp.where(at_end, batch["discount"] * next_value, stored_next)
-        qret = jax.lax.stop_gradient(batch["reward"] + c.gamma * bootstrap)
-        has_target = ~jnp.isnan(batch["v_tbc"])
+        bootstrap = jnp.where(at_end, batch[DISCOUNT] * next_value, stored_next)
+        qret = jax.lax.stop_gradient(batch[REWARD] + c.gamma * bootstrap)
+        has_target = ~jnp.isnan(batch[V_TBC])
         valid = has_target.astype(jnp.float32)
 
-        wt = refer.weighting(r, state["refer"], rho, batch)
+        wt = refer.weighting(r, state.refer, rho, batch)
         (loss, aux), grads = jax.value_and_grad(self.loss, has_aux=True)(
             params, batch, qret, valid, wt.weights, wt.beta, r.rule2)
-        upd, opt = self.opt.update(grads, state["opt"], params)
+        upd, opt = self.opt.update(grads, state.opt, params)
         params = optax.apply_updates(params, upd)
 
         v_tbc = value + jnp.minimum(1.0, rho) * (qret - value)  # Eq. 8, refreshed
-        new_state = {"params": params, "opt": opt, "refer": wt.state}
+        new_state = VRACERState(params=params, opt=opt, refer=wt.state)
         metrics = {"loss": loss, "policy_loss": aux["policy_loss"],
                    "value_loss": aux["value_loss"], "std_mean": aux["std_mean"],
                    "v_mean": jnp.mean(value), "target_fraction": jnp.mean(valid),
                    **wt.metrics(aux["kl"])}
-        writeback = wt.writeback | {"v": value, "v_tbc": jnp.where(has_target, v_tbc, jnp.nan)}
+        writeback = wt.writeback | {V_LATEST: value, V_TBC: jnp.where(has_target, v_tbc, jnp.nan)}
         # NaN: no target yet, the step keeps its priority
-        td_abs = jnp.where(has_target, jnp.abs(value - jnp.nan_to_num(batch["v_tbc"])), jnp.nan)
+        td_abs = jnp.where(has_target, jnp.abs(value - jnp.nan_to_num(batch[V_TBC])), jnp.nan)
         return new_state, metrics, writeback | refer.priority(r, td_abs)
 
-    def acting_params(self, state: dict) -> dict:
-        return state["params"]
+    def acting_params(self, state: VRACERState) -> dict:
+        return state.params
 
     def state_value(self, params: dict, obs: jax.Array) -> jax.Array:
         """V(s) [B]: bootstraps the stored targets of a truncated episode from the state it
         was cut at (Eq. 8 after the last step). With a core, ``obs`` is the context of each
         episode's last step (a batch's context keys), and s is that step's next observation."""
         if self.rec.enabled:
-            obs = self.rec.transition_views(obs)["next_obs"]
+            obs = self.rec.transition_views(obs)[NEXT_OBS]
         return self.net.apply({"params": params}, obs)[0]
 
     def policy(self, params: dict, obs: jax.Array, key: jax.Array, explore: bool):
@@ -178,4 +189,4 @@ class VRACER:
         else:
             action, info = mean, GAUSSIAN.info(mean, std)
         return action, self.rec.acting_info(lambda: {"net": params["core"]}, obs,
-                                            {**info, "value": value})
+                                            {**info, V_BEHAVIOUR: value})

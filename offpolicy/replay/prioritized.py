@@ -1,11 +1,10 @@
 """Rank-based prioritized experience replay (Schaul et al. 2016, "Prioritized Experience Replay").
 
-A :class:`~offpolicy.replay.storage.ReplayBuffer` built with ``prioritized=PERSettings(...)``
-owns one and it works on the buffer's absolute slot indices: the buffer reports every slot
-whose transition appears or disappears (its ``listeners``), the learner draws slots and
-importance weights through ``ReplayBuffer.prioritized_sample`` (:meth:`RankPrioritized.sample`)
-and reports the new |TD| errors through ``ReplayBuffer.update_priorities``
-(:meth:`RankPrioritized.update`).
+A table whose selector is :class:`Prioritized` (``PERSettings``) owns one, and it works on the
+storage's absolute slot indices: the table reports every slot whose transition appears or
+disappears (the selector's ``inserted`` / ``removed``), a sample draws slots and importance
+weights (:meth:`RankPrioritized.sample`, the batch's ``weight``) and the write-back's ``td_abs``
+are the new priorities (:meth:`RankPrioritized.update`).
 
 Sampling law (Sec. 3.3, rank-based variant). With N transitions in memory ranked by |TD|
 (rank 1 = largest), transition i is drawn with
@@ -57,8 +56,8 @@ Checkpoints: :meth:`state_arrays` / :meth:`load_arrays` give plain arrays for an
 (no pickle): the live entries of both blocks with their priorities, the slots updated since
 the last re-sort, and as JSON bytes in ``meta`` the counters and the RNG state. After
 :meth:`load_arrays` the samples equal those the saved object would have drawn.
-Restore it *after* ``ReplayBuffer.load``: the buffer's load reports every slot as rewritten,
-which would reset all priorities to the maximum.
+Restore it *after* the storage (``offpolicy.replay.files.load``): restoring the storage reports
+every slot as rewritten, which resets all priorities to the maximum.
 """
 
 from __future__ import annotations
@@ -69,11 +68,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from offpolicy.errors import NonFiniteError, OffpolicyError
+from offpolicy.replay.extensions import Extension
+from offpolicy.replay.keys import PRIORITY, WEIGHT
 
 
 @dataclass(frozen=True)
 class PERSettings:
-    """A prioritized replay's constants (``ReplayBuffer(prioritized=...)`` builds one)."""
+    """A prioritized replay's constants (:class:`Prioritized` builds its ranking with them)."""
 
     alpha: float = 0.7
     beta0: float = 0.5
@@ -351,3 +352,56 @@ class RankPrioritized:
         self.max_priority = max_priority
         self.updates_since_resort = updates_since_resort
         self.rng.bit_generator.state = rng_state
+
+
+class Prioritized(Extension):
+    """A table's prioritized selector (``draw``, ``inserted``, ``removed``: see
+    :mod:`offpolicy.replay.samplers`) and extension: it adds PER's importance weights to a
+    sample (``weight``), takes the new priorities from a write-back (``td_abs``; NaN: the
+    agent has no TD error for the step yet, which keeps its priority) and saves its ranking
+    in the replay file (as ``attached.per.*``)."""
+
+    name = "per"
+    rng = None  # the ranking draws with its own generator, saved with the ranking
+
+    def __init__(self, settings: PERSettings):
+        self.settings = settings
+        self.per: RankPrioritized | None = None
+
+    def bytes_per_step(self, capacity: int) -> int:
+        return RankPrioritized.bytes_per_step(capacity)
+
+    def attach(self, storage) -> None:
+        s = self.settings
+        self.per = RankPrioritized(storage.capacity, s.alpha, s.beta0,
+                                   max(int(s.beta_steps), 1), seed=s.seed)
+
+    def draw(self, storage, n: int, step: int = 0) -> tuple[np.ndarray, dict]:
+        """Slots by priority (a window starts at its slot) and their importance weights;
+        ``step``: the update count that anneals the weights' exponent."""
+        slots, weight = self.per.sample(n, step)
+        return slots, {WEIGHT: weight}
+
+    def example_keys(self, n: int) -> dict:
+        return {WEIGHT: np.ones(n, np.float32)}
+
+    def inserted(self, slots: np.ndarray) -> None:
+        self.per.on_write(slots, np.ones(slots.size, bool))
+
+    def removed(self, slots: np.ndarray) -> None:
+        self.per.on_write(slots, np.zeros(slots.size, bool))
+
+    def restored(self, storage) -> None:
+        self.per.on_write(np.arange(storage.capacity), storage.valid.copy())
+
+    def take(self, storage, idx: np.ndarray, batch: dict, writeback: dict) -> None:
+        if PRIORITY in writeback:
+            priority = writeback.pop(PRIORITY)
+            known = np.isfinite(priority)
+            self.per.update(idx[known], priority[known])
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return self.per.state_arrays()
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self.per.load_arrays(arrays)

@@ -15,7 +15,7 @@ replay a run uses (``--replay er|per|refer|refer1|refer2``):
   through pi's statistics only (mu is stored data);
 * Eq. 12: beta <- (1 - eta_beta) beta + eta_beta [n_far / N <= D], with n_far the number of
   far-policy steps in the whole memory, kept as a running count by replay from the stored
-  flags (``ReplayBuffer(counted=("far",))``), not scanned per step;
+  flags (``offpolicy.replay.extensions.FarCount``), not scanned per step;
 * Eq. 13: c_max(k) = 1 + C / (1 + A k) and learning rate eta / (1 + A k), k the gradient step.
 
 Rule 1 alone (``refer1``) keeps beta = 1 (no penalty); Rule 2 alone (``refer2``) never masks.
@@ -33,13 +33,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from offpolicy.replay.keys import FAR, FAR_FRACTION, PRIORITY, RHO, WEIGHT
+
 REPLAYS = ("er", "per", "refer", "refer1", "refer2")
-# replay fields (per step) and batch / write-back keys, named here once
-FAR = "far"  # the replay field holding each step's far-policy flag (0/1), counted by replay
-RHO = "rho"  # the replay field holding each step's latest importance weight
-FAR_FRACTION = "far_fraction"  # batch: n_far / N of the whole memory (Eq. 12)
-WEIGHT = "weight"  # batch: PER's importance-sampling weights (prioritized replay only)
-PRIORITY = "td_abs"  # write-back: |TD| of each sampled step, PER's new priority (not a field)
 
 
 @dataclass(frozen=True)

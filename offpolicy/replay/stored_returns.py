@@ -10,6 +10,8 @@ with V^tbc after the last step = 0 at termination and V(s_T), the value of the s
 episode was cut at, at truncation (Algorithm 2, remark 2). So each step stores its latest value
 estimate v_t, importance weight rho_t and target V^tbc_t:
 
+The table's :class:`StoredReturns` extension does all of this:
+
 * when an episode ends, :func:`close_episode` fills its targets by the recursion above (from the
   values recorded while acting, the stored rho: 1, or a refreshed weight if a step was sampled
   before its episode ended, and, for a truncated episode, V(s_T) evaluated by the learner with
@@ -32,7 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from offpolicy.config import RHO_MAX_LIMIT
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay.extensions import Extension
+from offpolicy.replay.keys import NEXT_V_TBC, RHO, V_BEHAVIOUR, V_LATEST, V_TBC
+from offpolicy.replay.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -40,11 +44,11 @@ class StoredReturn:
     """What an agent declares (as ``agent.stored_return``) to have targets kept in replay."""
 
     gamma: float
-    target: str = "v_tbc"  # write-back field: the stored target V^tbc_t
-    value: str = "v"  # write-back field: the latest V(s_t) (NaN until first refreshed)
-    behaviour_value: str = "value"  # behaviour field: V(s_t) when the step was taken
-    rho: str = "rho"  # write-back field: the latest importance weight
-    next_target: str = "next_v_tbc"  # batch key: the stored target of step t + 1
+    target: str = V_TBC  # write-back field: the stored target V^tbc_t
+    value: str = V_LATEST  # write-back field: the latest V(s_t) (NaN until first refreshed)
+    behaviour_value: str = V_BEHAVIOUR  # behaviour field: V(s_t) when the step was taken
+    rho: str = RHO  # write-back field: the latest importance weight
+    next_target: str = NEXT_V_TBC  # batch key: the stored target of step t + 1
 
     @property
     def reward_unit_fields(self) -> tuple[str, ...]:
@@ -52,23 +56,18 @@ class StoredReturn:
         return (self.target, self.value, self.behaviour_value)
 
 
-def _values(replay: ReplayBuffer, spec: StoredReturn, slots: np.ndarray) -> np.ndarray:
+def _values(replay: Storage, spec: StoredReturn, slots: np.ndarray) -> np.ndarray:
     v = replay.extras[spec.value][slots].astype(np.float64)
     return np.where(np.isnan(v), replay.extras[spec.behaviour_value][slots], v)
 
 
-def episode_slots(replay: ReplayBuffer, first: int, last: int) -> np.ndarray:
-    n = (last - first) % replay.stream_capacity + 1
-    return replay._offset(np.asarray(first), np.arange(n))
-
-
-def close_episode(replay: ReplayBuffer, spec: StoredReturn, first: int, last: int,
+def close_episode(replay: Storage, spec: StoredReturn, first: int, last: int,
                   reward_scale: float = 1.0, final_value: float = 0.0) -> None:
     """Fill V^tbc for the finished episode ``first..last`` by the backward recursion (Eq. 8),
     from the stored values and weights, in float64. After the last step: 0 if terminated,
     else ``final_value`` = V(s_T), the value of the observation the episode was cut at (an
     episode abandoned at a resume counts as truncated there)."""
-    slots = episode_slots(replay, first, last)
+    slots = replay.episode_slots(first, last)
     v = _values(replay, spec, slots)
     rbar = np.minimum(1.0, replay.extras[spec.rho][slots].astype(np.float64))
     r = replay.reward[slots].astype(np.float64) * reward_scale
@@ -81,10 +80,10 @@ def close_episode(replay: ReplayBuffer, spec: StoredReturn, first: int, last: in
     replay.extras[spec.target][slots] = out
 
 
-def next_targets(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray) -> np.ndarray:
+def next_targets(replay: Storage, spec: StoredReturn, idx: np.ndarray) -> np.ndarray:
     """The stored target of the step after each ``idx`` in its episode; NaN at the episode's
     last step (the update bootstraps from V(s_{t+1}) there)."""
-    nxt = replay._next(np.asarray(idx, np.int64).copy())
+    nxt = replay.next_slots(np.asarray(idx, np.int64))
     last = replay.terminated[idx] | replay.truncated[idx]
     out = replay.extras[spec.target][nxt].astype(np.float32)
     out[last] = np.nan
@@ -95,7 +94,7 @@ def next_targets(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray) -> n
 RHO_FLOOR = 1.0 / RHO_MAX_LIMIT
 
 
-def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: np.ndarray,
+def propagate(replay: Storage, spec: StoredReturn, idx: np.ndarray, delta: np.ndarray,
               tol: float = 1e-6, chunk: int = 64) -> None:
     """Add delta_t * prod_{i=j}^{t-1} gamma min(1, rho_i) to the stored target of every step j
     before t in t's episode, for each refreshed step t = ``idx`` (Algorithm 3).
@@ -149,7 +148,7 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
         cur = cursor[live]
         j = cur - back
         inside = j >= 0  # before the episode's first step: g = 1, nothing added
-        slots = replay._offset(episode[live], np.maximum(j, 0))
+        slots = replay.offset(episode[live], np.maximum(j, 0))
         rbar = np.minimum(1.0, rho[slots].astype(np.float64))
         g = np.where(inside, np.maximum(spec.gamma * rbar, g_min), 1.0)
         column[live] = np.arange(live.size)
@@ -173,3 +172,47 @@ def propagate(replay: ReplayBuffer, spec: StoredReturn, idx: np.ndarray, delta: 
         jump = live[small & left]  # nothing worth carrying: on to the next sample
         cursor[jump], carry[jump] = pos[nxt[jump]], 0.0
         live = live[(left | ~small) & (cursor[live] >= 0)]
+
+
+class StoredReturns(Extension):
+    """The table's part of stored return targets (module docstring): before a sample, the
+    targets of the episodes finished since the last one are filled (a truncated episode's
+    bootstrapped from ``values_after`` its last transition); every sample carries the stored
+    target of each step's successor; a write-back's refreshed targets are written (a step of
+    an unfinished episode keeps NaN) and their changes carried back along their episodes."""
+
+    def __init__(self, spec: StoredReturn):
+        self.spec = spec
+
+    def maintain(self, storage: Storage, reward_scale: float, values_after) -> None:
+        closed = storage.take_closed_episodes()
+        if not closed:
+            return
+        last = np.array([b for _, b in closed], np.int64)
+        final = np.zeros(len(last))
+        cut = np.flatnonzero(~storage.terminated[last])  # truncated: bootstrapped
+        if cut.size:
+            final[cut] = values_after(last[cut])
+        for (first, end), v in zip(closed, final):
+            close_episode(storage, self.spec, first, end, reward_scale, v)
+
+    def rescale(self, storage: Storage, factor: float) -> None:
+        """Targets and values are in reward units (ReF-ER App. B): they follow its scale."""
+        for k in self.spec.reward_unit_fields:
+            storage.extras[k] *= factor
+
+    def augment(self, storage: Storage, idx: np.ndarray, batch: dict) -> dict:
+        batch[self.spec.next_target] = next_targets(storage, self.spec, idx)
+        return batch
+
+    def take(self, storage: Storage, idx: np.ndarray, batch: dict, writeback: dict) -> None:
+        t = self.spec.target
+        keep = np.isfinite(writeback[t])
+        writeback[t] = np.where(keep, writeback[t], batch[t])
+
+    def written(self, storage: Storage, idx: np.ndarray, batch: dict, writeback: dict) -> None:
+        """Carry each refreshed target's change back along its episode (the fields it reads,
+        the refreshed weights among them, are written by now)."""
+        t = self.spec.target
+        delta = writeback[t] - batch[t]  # 0 (or NaN: skipped) where the target was kept
+        propagate(storage, self.spec, idx, np.where(np.isfinite(delta), delta, 0.0))

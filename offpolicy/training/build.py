@@ -45,9 +45,14 @@ from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import OffpolicyError, out_of_memory
 from offpolicy.jax_setup import configure_jax
 from offpolicy.ray_address import check_run_address
-from offpolicy.replay.prioritized import PERSettings
-from offpolicy.replay.refer import FAR
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay.extensions import FarCount
+from offpolicy.replay.keys import FAR
+from offpolicy.replay.prioritized import PERSettings, Prioritized
+from offpolicy.replay.removers import FarPolicyEpisodes, OldestEpisode, OldestStep
+from offpolicy.replay.samplers import Contexts, Sampler, sampler_for
+from offpolicy.replay.storage import Storage
+from offpolicy.replay.stored_returns import StoredReturns
+from offpolicy.replay.table import Table
 from offpolicy.training import wandb_log
 from offpolicy.training.collector import ChunkSink, Collector, Sink
 from offpolicy.training.learner import ActingState, Learner
@@ -64,7 +69,7 @@ class Parts:
     spec: ActionSpec  # the agent's actions; every env steps through it
     obs_shape: tuple[int, ...]
     obs_dtype: np.dtype  # uint8 frames stay uint8 in replay
-    replay: ReplayBuffer
+    replay: Table
     learner: Learner
     policy: HostPolicy  # the agent's policy, jitted on the host CPU
 
@@ -153,22 +158,11 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
     k = tc.num_envs * max(tc.num_collectors, 1)  # replay rings: every env copy has its own
     # with --collector-replay the collectors keep the replays; the learner needs none
     central = with_replay and not tc.collector_replay
-    # --refer-forget far-policy: the rings hold twice the memory (ReplayBuffer's memory)
-    by_far = central and tc.refer_forget == "far-policy"
-    replay = ReplayBuffer(
-        (2 if by_far else 1) * tc.buffer_size if central else 2 * k, obs_shape, spec.flat_dim,
-        dict(agent.behaviour_fields) | dict(agent.writeback_fields), obs_dtype=obs_dtype,
-        seed=tc.seed + 2, num_streams=k,
-        counted=(FAR,) if FAR in agent.writeback_fields else (),
-        forget_whole_episodes=tc.replay != "er" or contract.stored_return is not None,
-        frame_stack=frames,
-        prioritized=(PERSettings(tc.per_alpha, tc.per_beta0, int(tc.steps * tc.updates_per_step),
-                                 tc.seed + 8) if tc.replay == "per" else None),
-        memory=tc.buffer_size if by_far else None, forget_highest=FAR if by_far else None)
+    replay = replay_table(run, agent, contract, env, k, central)
     if central and replay.full_bytes >= REPORT_REPLAY_BYTES:
         print(f"offpolicy: replay of {replay.capacity} steps"
-              + (f" (a memory of {replay.memory}, --refer-forget far-policy)" if by_far else "")
-              + " takes up to "
+              + (f" (a memory of {replay.memory}, --refer-forget far-policy)"
+                 if replay.memory < replay.capacity else "") + " takes up to "
               f"{replay.full_bytes / 2**30:.1f} GiB when full ({replay.bytes_per_step} bytes "
               f"per step" + (f"; {frames} stacked frames stored once each" if frames else "")
               + ")", file=sys.stderr)
@@ -185,6 +179,43 @@ def build(run: registry.RunConfig, with_replay: bool = True) -> Parts:
                           reward_scale)
     return Parts(run, agent, contract, spec, obs_shape, obs_dtype, replay, learner,
                  HostPolicy(agent.policy, tc.seed + 6, on_default_device=tc.pipeline))
+
+
+def replay_table(run: registry.RunConfig, agent, contract: Contract, env: EnvFacts,
+                 rings: int, central: bool = True) -> Table:
+    """The learner's replay table, declared from the agent's contract in one place (as Acme's
+    builders declare replay tables): storage with one ring per env copy (``rings``) holding
+    the agent's behaviour and write-back fields; a sampler of what its data spec asks for
+    (uniform, or by priority with ``--replay per``); whole episodes forgotten under ReF-ER,
+    PER and stored returns (the far-policy filter with ``--refer-forget far-policy``, whose
+    rings hold twice the memory); the far-policy count for an agent that writes far flags,
+    stored returns and a recurrent core's contexts. ``central`` False: two slots per ring
+    (the collectors keep the replays, or nothing is learned)."""
+    tc, data = run.train, agent.data
+    by_far = central and tc.refer_forget == "far-policy"
+    capacity = (2 if by_far else 1) * tc.buffer_size if central else 2 * rings
+    extensions = [Contexts(data)] if data.recurrent else []
+    if FAR in agent.writeback_fields:  # agents that store their behaviour policy
+        extensions.append(FarCount(FAR))
+    if contract.stored_return is not None:
+        extensions.append(StoredReturns(contract.stored_return))
+    if tc.replay == "per":
+        per = Prioritized(PERSettings(tc.per_alpha, tc.per_beta0,
+                                      int(tc.steps * tc.updates_per_step), tc.seed + 8))
+        sampler, extensions = Sampler(per, data), [per, *extensions]
+    else:
+        sampler = sampler_for(data, tc.seed + 2)
+    if by_far:
+        remover = FarPolicyEpisodes(tc.buffer_size, FAR)
+    elif tc.replay != "er" or contract.stored_return is not None:
+        remover = OldestEpisode()
+    else:
+        remover = OldestStep()
+    storage = Storage(capacity, env.obs_shape, env.spec.flat_dim,
+                      dict(agent.behaviour_fields) | dict(agent.writeback_fields),
+                      obs_dtype=env.obs_dtype, num_streams=rings, frame_stack=env.frames,
+                      bytes_beside=sum(e.bytes_per_step(capacity) for e in extensions))
+    return Table(storage, sampler, remover, extensions)
 
 
 # the config fields that size an algorithm's networks (a core's only with a core)

@@ -444,7 +444,7 @@ def _learn(run, step: int, size: int, rings: np.ndarray, queue: UnrollQueue | No
             queue.drop()
             return
         while (batch := queue.take()) is not None:
-            learner.update(None, learner.normalize(batch))
+            learner.update(None, learner.statistics.normalize(batch))
         return
     if not run.can_learn(step):
         return

@@ -2,11 +2,14 @@
 update, write-back, metrics.
 
 It owns the agent's state (parameters, targets, optimiser states), the keys of the update and
-of acting, the replay buffer and the observation / reward statistics, and uses replay through
-its public methods (reading its arrays, never writing them). Data reaches it through
-:meth:`Learner.sink` (the collector's writes: replay, then the running statistics); what
-acting needs goes out as one :class:`ActingState` (parameters and the observation
-statistics, versioned by the update count), the line a process boundary can go on.
+of acting, the replay table and the observation / reward statistics
+(:mod:`offpolicy.training.statistics`). It knows no algorithm's replay feature: it uses the
+table through a handful of verbs (``sample``, ``write_back``, ``maintain``, ``valid_values``
+with ``rescale``) and the table, declared from the agent's contract in ``training/build.py``,
+does the rest. Data reaches it through :meth:`Learner.sink` (the collector's writes: replay,
+then the running statistics); what acting needs goes out as one :class:`ActingState`
+(parameters and the observation statistics, versioned by the update count), the line a process
+boundary can go on.
 
 Every update is one jitted call, compiled once: it splits its key inside, sums the agent's
 metrics into an on-device accumulator (fetched once per logging interval, where NaN/inf losses
@@ -14,9 +17,7 @@ are caught) and returns the agent's write-back arrays, which go into replay at t
 indices before the next sample. ``update_and_act`` fuses the last update of an env step with
 the policy for the next observations: one dispatch and one host sync per env step.
 
-Observation normalisation is applied here to every observation-like key of a batch (``obs``,
-``next_obs``: transitions, sequences and episodes alike) and reward scaling to ``reward``, with
-the statistics current at sampling time, so replay keeps raw data.
+Batches are normalised with the statistics current at sampling time, so replay keeps raw data.
 """
 
 from __future__ import annotations
@@ -30,22 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from offpolicy.agents.acting import key_to_list
-from offpolicy.agents.base import (
-    CONTEXT_OBS,
-    CONTEXT_POSITION,
-    CONTEXT_STATE,
-    CORE_STATE,
-    Agent,
-    Contract,
-)
+from offpolicy.agents.base import Agent, Contract
 from offpolicy.envs.wrappers import ObsNormalizer, RewardScaler
 from offpolicy.errors import NonFiniteError
-from offpolicy.replay import stored_returns
-from offpolicy.replay.refer import FAR, FAR_FRACTION, PRIORITY, WEIGHT
-from offpolicy.replay.storage import ReplayBuffer
+from offpolicy.replay.table import Table
+from offpolicy.training.statistics import Statistics
 
-OBS_KEYS = ("obs", "next_obs", CONTEXT_OBS)
-RESCALE_EVERY = 1000  # updates between reward-scale recomputations (ReF-ER App. B)
 FINAL_VALUE_CHUNK = 8  # truncated episodes whose V(s_T) one jitted call evaluates
 
 
@@ -63,20 +54,6 @@ class ActingState:
     normalizer: ObsNormalizer
 
 
-def add_context(replay: ReplayBuffer, data, anchor: np.ndarray, batch: dict) -> dict:
-    """A recurrent core's context of the steps ``anchor`` [B] (transitions, or windows' first
-    steps) of ``replay`` into ``batch``, in place of its observations
-    (:meth:`~offpolicy.agents.base.DataSpec.with_context`)."""
-    span = 1 if data.kind == "transitions" else data.length
-    start, offset, obs = replay.contexts(anchor, data.context, span)
-    batch[CONTEXT_OBS], batch[CONTEXT_POSITION] = obs, offset.astype(np.int32)
-    if data.context_state:
-        batch[CONTEXT_STATE] = replay.extras[CORE_STATE][start]
-    for k in ("obs", "next_obs", CORE_STATE):
-        batch.pop(k, None)
-    return batch
-
-
 class LearnerSink:
     """The collector's writes into this process's learner: replay first, then the running
     observation / reward statistics (the learner's). ``streams``: the replay rings of one
@@ -92,25 +69,23 @@ class LearnerSink:
     def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
         self.replay.add_batch(action, reward, terminated, truncated, next_obs, extras,
                               streams=self.streams)
-        self.learner.observe(next_obs, reward, np.asarray(terminated) | np.asarray(truncated),
-                             self.streams)
+        self.learner.statistics.observe(
+            next_obs, reward, np.asarray(terminated) | np.asarray(truncated), self.streams)
 
 
 class Learner:
-    def __init__(self, agent: Agent, contract: Contract, replay: ReplayBuffer, batch_size: int,
+    def __init__(self, agent: Agent, contract: Contract, replay: Table, batch_size: int,
                  seed: int, obs_norm: ObsNormalizer, reward_scale: RewardScaler):
-        """``obs_norm`` / ``reward_scale``: the statistics this learner owns from now on (a
+        """``replay``: the table declared for the agent (``training/build.py``);
+        ``obs_norm`` / ``reward_scale``: the statistics this learner owns from now on (a
         frozen scaler takes them from replay: ReF-ER App. B)."""
         self.agent, self.replay, self.batch_size = agent, replay, batch_size
         self.obs_norm, self.reward_scale = obs_norm, reward_scale
-        self.normalizing = obs_norm.enabled or reward_scale.enabled
+        self.statistics = Statistics(obs_norm, reward_scale)
         self.updates = 0
-        # agents that store their behaviour policy get the memory's far-policy fraction
-        self.far_fraction = FAR in agent.writeback_fields
-        self.stored = contract.stored_return
-        if self.stored is not None:
-            self._state_value = jax.jit(contract.state_value)
-        self.replay_statistics = reward_scale.frozen
+        # V(s) of states after stored transitions, for replay's upkeep (stored returns)
+        self._state_value = (jax.jit(contract.state_value) if contract.state_value is not None
+                             else None)
         # one compiled program (cached on disk) instead of one dispatch per parameter and
         # initialiser: the same values on the CPU (tests/test_protocol.py); 2-3x faster once
         # cached, a little slower on a first, cold start of a small agent (one compile each);
@@ -123,7 +98,6 @@ class Learner:
         self.update_key = jax.random.PRNGKey(seed + 4)
         self.act_key = jax.random.PRNGKey(seed + 5)
         self.data = agent.data
-        self.writes_back = bool(agent.writeback_fields)
         self._traces = {"step": 0, "step_act": 0, "step_segment": 0}
         self._metric_shapes: dict[str, tuple[int, ...]] | None = None
         self._build()
@@ -162,6 +136,12 @@ class Learner:
         self._step_segment = jax.jit(step_segment, donate_argnums=(0, 1))
 
     @property
+    def compilations(self) -> dict[str, int]:
+        """How many times each jitted step (``step``, ``step_act``, ``step_segment``) was
+        traced."""
+        return dict(self._traces)
+
+    @property
     def compile_count(self) -> int:
         """The most times any jitted step was traced: 1 once training has started means the
         update compiled on its first call and never again."""
@@ -190,41 +170,13 @@ class Learner:
 
     def example_batch(self) -> tuple[np.ndarray, dict]:
         """A batch of the right shapes for tracing, whatever replay holds."""
-        idx, batch = self.replay.example_batch(self.data.kind, self.batch_size, self.data.length)
-        if self.replay.prioritized:
-            batch[WEIGHT] = np.ones(self.batch_size, np.float32)
-        return idx, self._augment(idx, batch)
-
-    def _augment(self, idx: np.ndarray, batch: dict) -> dict:
-        """Add the memory-wide inputs some agents take: the far-policy fraction n_far / N
-        (ReF-ER Eq. 12), the stored target of each step's successor (V-RACER) and a
-        recurrent core's context (which replaces the observations: it holds them)."""
-        d = self.data
-        if d.recurrent:
-            self._augment_context(idx if d.kind == "transitions" else idx[0], batch)
-        if self.far_fraction:
-            batch[FAR_FRACTION] = np.float32(self.replay.count(FAR) / max(len(self.replay), 1))
-        if self.stored is not None:
-            batch[self.stored.next_target] = stored_returns.next_targets(self.replay,
-                                                                         self.stored, idx)
-        return batch
-
-    def _augment_context(self, anchor: np.ndarray, batch: dict) -> dict:
-        return add_context(self.replay, self.data, anchor, batch)
+        return self.replay.example_batch(self.batch_size)
 
     # ------------------------------------------------------------------ data in, acting out
     def sink(self, streams: np.ndarray | None = None) -> LearnerSink:
         """Where a collector in this process writes (``streams``: the replay rings of one
         remote collector, whose chunks are applied here)."""
         return LearnerSink(self, streams)
-
-    def observe(self, next_obs: np.ndarray, reward: np.ndarray, done: np.ndarray,
-                streams: np.ndarray | None = None) -> None:
-        """The running statistics, from the steps just stored (one per env copy; of the copies
-        ``streams`` when one remote collector's)."""
-        if self.normalizing:
-            self.obs_norm.update(next_obs)
-            self.reward_scale.update(reward, done, streams)
 
     def acting_state(self) -> ActingState:
         return ActingState(self.updates, self.agent.acting_params(self.state), self.obs_norm)
@@ -234,21 +186,6 @@ class Learner:
         the observation statistics' state)."""
         return (self.updates, jax.device_get(self.agent.acting_params(self.state)),
                 {"enabled": self.obs_norm.enabled, **self.obs_norm.rms.state_dict()})
-
-    def normalizer_state(self) -> dict:
-        return {"obs_norm": self.obs_norm.rms.state_dict(),
-                "reward_scale": self.reward_scale.rms.state_dict(),
-                "reward_ret": self.reward_scale.ret.tolist()}
-
-    def load_normalizer_state(self, d: dict) -> None:
-        """Restore what a checkpoint holds of the statistics (an ``Agent.save`` written before
-        any training had no reward statistics: those stay as they are)."""
-        self.obs_norm.rms.load_state_dict(d["obs_norm"])
-        if "reward_scale" in d:
-            self.reward_scale.rms.load_state_dict(d["reward_scale"])
-        ret = np.atleast_1d(np.asarray(d.get("reward_ret", []), np.float64))
-        if ret.shape == self.reward_scale.ret.shape:
-            self.reward_scale.ret = ret
 
     def abandon_episodes(self, streams: np.ndarray) -> None:
         """The episodes in progress in replay rings ``streams`` end where they are (their
@@ -262,77 +199,26 @@ class Learner:
         return len(self.replay) >= (self.batch_size if full_batch else 1)
 
     def sample(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """A batch per the agent's data spec, normalised."""
-        d, n = self.data, self.batch_size
-        self._maintain()
-        if self.replay.prioritized:  # slots by priority; a sequence starts at its slot
-            idx, weight = self.replay.prioritized_sample(n, self.updates)
-            if d.kind == "transitions":
-                batch = self.replay.gather(idx)
-            else:
-                idx, batch = self.replay.windows(idx, d.length)
-            batch[WEIGHT] = weight
-        elif d.kind == "transitions":
-            idx, batch = self.replay.sample(n)
-        elif d.kind == "sequences":
-            idx, batch = self.replay.sample_sequences(n, d.length)
-        else:
-            idx, batch = self.replay.sample_episodes(n, d.length)
-        return idx, self.normalize(self._augment(idx, batch))
+        """A batch per the agent's data spec (replay's upkeep first), normalised."""
+        self.statistics.from_replay(self.replay, self.updates)  # frozen: App. B, from replay
+        self.replay.maintain(self.reward_scale.factor, self._values_after)
+        idx, batch = self.replay.sample(self.batch_size, self.updates)
+        return idx, self.statistics.normalize(batch)
 
-    # ------------------------------------------------------------------ replay upkeep
-    def _maintain(self) -> None:
-        """Before sampling: ReF-ER App. B statistics from replay (states at the first update,
-        the reward scale every RESCALE_EVERY updates, stored targets rescaled with it), and
-        the stored targets of episodes that ended since the last update."""
-        if self.replay_statistics and self.updates % RESCALE_EVERY == 0:
-            if self.updates == 0 and self.obs_norm.enabled:  # off for frames (build.py)
-                self.obs_norm.set_statistics(self.replay.valid_values("obs"))
-            old = self.reward_scale.factor
-            self.reward_scale.set_second_moment(self.replay.valid_values("reward"))
-            if self.stored is not None and self.updates > 0:
-                self.replay.rescale(self.stored.reward_unit_fields,
-                                    self.reward_scale.factor / old)
-        if self.stored is not None:
-            closed = self.replay.take_closed_episodes()
-            if closed:
-                factor = self.reward_scale.factor
-                final = self._final_values(np.array([last for _, last in closed], np.int64))
-                for (first, last), v in zip(closed, final):
-                    stored_returns.close_episode(self.replay, self.stored, first, last, factor,
-                                                 v)
-
-    def _final_values(self, last: np.ndarray) -> np.ndarray:
-        """V(s_T) with the current network for the episodes whose last transitions are
-        ``last`` (0 where one terminated), in chunks of a fixed size: compiled once. A
-        recurrent agent gets the context of each last transition (its ``next_obs`` view is
-        s_T with the episode's memory) in place of the observations."""
+    def _values_after(self, last: np.ndarray) -> np.ndarray:
+        """V(s') with the current network of the states after transitions ``last`` (the
+        states truncated episodes were cut at), in chunks of a fixed size: compiled once."""
         out = np.zeros(len(last))
-        cut = np.flatnonzero(~self.replay.terminated[last])
         n = FINAL_VALUE_CHUNK
-        for i in range(0, len(cut), n):
-            rows = cut[i:i + n]
+        for i in range(0, len(last), n):
+            rows = np.arange(i, min(i + n, len(last)))
             slots = np.concatenate([last[rows], np.repeat(last[rows[-1:]], n - len(rows))])
-            if self.data.recurrent:
-                obs = self.normalize_observations(self._augment_context(slots, {}))
-            else:
-                obs = self.obs_norm(self.replay.next_observations(slots))
+            states = self.replay.states_after(slots)  # a recurrent core's: context keys
+            obs = (self.statistics.normalize_observations(states) if isinstance(states, dict)
+                   else self.obs_norm(states))
             values = self._state_value(self.agent.acting_params(self.state), obs)
             out[rows] = np.asarray(values, np.float64)[:len(rows)]
         return out
-
-    def normalize_observations(self, batch: dict) -> dict:
-        if self.obs_norm.enabled:
-            for k in OBS_KEYS:
-                if k in batch:
-                    batch[k] = self.obs_norm(batch[k])
-        return batch
-
-    def normalize(self, batch: dict) -> dict:
-        if self.normalizing:
-            self.normalize_observations(batch)
-            batch["reward"] = self.reward_scale(batch["reward"])
-        return batch
 
     # ------------------------------------------------------------------ updating
     def update(self, idx: np.ndarray | None = None, batch: dict | None = None) -> None:
@@ -357,7 +243,7 @@ class Learner:
         step; of the copies ``streams``, one remote collector's), windows in the sequences
         layout, write-back applied."""
         idx, batch = self.replay.recent_segments(length, streams)
-        batch = self.normalize(batch)
+        batch = self.statistics.normalize(batch)
         self.state, self.acc, self.update_key, wb = self._step_segment(
             self.state, self.acc, self.update_key, batch)
         self._write_back(idx, batch, wb)
@@ -376,24 +262,8 @@ class Learner:
 
     def _write_back(self, idx, batch, wb) -> None:
         self.updates += 1
-        if not wb:
-            return
-        wb = {k: np.asarray(v) for k, v in wb.items()}
-        if PRIORITY in wb:
-            priority = wb.pop(PRIORITY)
-            if self.replay.prioritized:  # NaN: the agent has no TD error for the step yet
-                known = np.isfinite(priority)
-                self.replay.update_priorities(idx[known], priority[known])
-        if self.stored is not None:
-            t = self.stored.target
-            delta = wb[t] - batch[t]
-            keep = np.isfinite(wb[t])
-            wb[t] = np.where(keep, wb[t], batch[t])  # a step of an unfinished episode keeps NaN
-        if self.writes_back:
-            mask = batch.get("mask")
-            self.replay.write(idx, wb, None if mask is None else np.asarray(mask))
-        if self.stored is not None:
-            stored_returns.propagate(self.replay, self.stored, idx, np.where(keep, delta, 0.0))
+        if wb:
+            self.replay.write_back(idx, batch, {k: np.asarray(v) for k, v in wb.items()})
 
     def acting_params(self) -> Any:
         return self.agent.acting_params(self.state)

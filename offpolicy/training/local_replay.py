@@ -14,9 +14,9 @@ the paper's batch of 32 that is one update per 32 T / (1 + R) = 320 env steps, t
 AQL's ``--preset paper`` (0.1 / 32 updates per env step), which the central replay reaches
 by ``--updates-per-step`` instead.
 
-In this library's layout an unroll is a window of one episode (``ReplayBuffer.windows``: it
+In this library's layout an unroll is a window of one episode (``replay.samplers.windows``: it
 never crosses an episode start, and is masked after its episode's end): an env copy's fresh
-unroll is sent as one window per episode piece in it (``ReplayBuffer.recent_pieces``: one
+unroll is sent as one window per episode piece in it (``replay.samplers.recent_pieces``: one
 window when no episode ends inside it, more when episodes are shorter than T), so that the
 learner receives every fresh step exactly once.
 
@@ -31,9 +31,10 @@ import collections
 
 import numpy as np
 
-from offpolicy.agents.base import CONTEXT_POSITION, CONTEXT_STATE
-from offpolicy.replay.storage import ReplayBuffer
-from offpolicy.training.learner import add_context
+from offpolicy.replay.keys import CONTEXT_POSITION, CONTEXT_STATE
+from offpolicy.replay.samplers import Contexts, recent_pieces, sampler_for
+from offpolicy.replay.storage import Storage
+from offpolicy.replay.table import Table
 
 WINDOW_PREFIX = "unroll."  # chunk keys of the unrolls a collector sends
 # per-window fields whose batch axis is the first (the rest are time-major)
@@ -60,8 +61,10 @@ class LocalReplay:
 
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], action_dim: int,
                  fields: dict, num_envs: int, data, unrolls: int, seed: int):
-        self.replay = ReplayBuffer(capacity, obs_shape, action_dim, fields, seed=seed,
-                                   num_streams=num_envs)
+        self.replay = Table(Storage(capacity, obs_shape, action_dim, fields,
+                                    num_streams=num_envs),
+                            sampler_for(data, seed), extensions=(
+                                [Contexts(data)] if data.recurrent else []))
         self.data, self.unrolls, self.num_envs = data, int(unrolls), num_envs
 
     def unroll_batch(self) -> dict[str, np.ndarray]:
@@ -70,14 +73,13 @@ class LocalReplay:
         ([T, n] time-major; a recurrent agent's context too), with ``fresh`` [n] saying which
         is which."""
         t = self.data.length
-        batches = [(*self.replay.recent_pieces(t), True)]
+        idx, fresh = recent_pieces(self.replay.storage, t)
+        batches = [(idx, self.replay.augment(idx, fresh), True)]
         if self.unrolls and len(self.replay):
-            idx, sampled = self.replay.sample_sequences(self.unrolls * self.num_envs, t)
+            idx, sampled = self.replay.sample(self.unrolls * self.num_envs)
             batches.append((idx, sampled, False))
         out: dict[str, list] = collections.defaultdict(list)
         for idx, batch, is_fresh in batches:
-            if self.data.recurrent:
-                batch = add_context(self.replay, self.data, idx[0], batch)
             for k, v in batch.items():
                 out[k].append(v)
             out["fresh"].append(np.full(idx.shape[1], is_fresh))
@@ -128,5 +130,5 @@ class StatisticsSink:
         pass
 
     def add_batch(self, action, reward, terminated, truncated, next_obs, extras=None) -> None:
-        self.learner.observe(next_obs, reward, np.asarray(terminated) | np.asarray(truncated),
-                             self.streams)
+        self.learner.statistics.observe(
+            next_obs, reward, np.asarray(terminated) | np.asarray(truncated), self.streams)

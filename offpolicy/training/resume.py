@@ -39,7 +39,7 @@ def meta_of(run) -> dict:
     """Everything but the agent state that a checkpoint holds (meta.json)."""
     return {"algo": run.run.algo, "best_return": run.best_return, "elapsed": run.elapsed,
             **run.schedule.state_dict(), "collector": run.collector_state(),
-            "normalizers": run.learner.normalizer_state(),
+            "normalizers": run.learner.statistics.state_dict(),
             "keys": run.learner.keys_state(), "policy": run.policy.state_dict(),
             "env_seed": run.run.train.seed, "jax_version": jax.__version__,
             "config": run.run.to_dict()}
@@ -84,7 +84,7 @@ def restore(run, ckpt: Path, with_replay: bool = True) -> None:
     run.best_return = float(meta["best_return"])
     run.schedule.load_state_dict(meta)
     collector, norm = _legacy_state(meta)
-    run.learner.load_normalizer_state(meta.get("normalizers") or norm)
+    run.learner.statistics.load_state_dict(meta.get("normalizers") or norm)
     run.load_collector_state(collector)
     run.checkpointed(run.step)
     if run.run_dir is not None:

@@ -314,6 +314,29 @@ def test_issue_71_grids_run_their_pre_registered_arms():
         ("window", 200_000), ("window", 50_000), ("best", 200_000)]
 
 
+def test_acer_threads_follow_up_runs_acer_1m_arms_at_the_papers_update_count():
+    """acer-1m-threads (issue 71's follow-up, its own pre-registration): acer-1m's four arms,
+    each with one env copy and one 50-step window per update, the same claims and rules."""
+    lr = "--eval-every 10000 --eval-episodes 20 --acer.lr 2.2e-4"
+    threads = f"{lr} --num-envs 1 --batch-size 1 --preset paper-mujoco"
+    twins = _commands("acer-1m", "HalfCheetah-v5", 1_000_000)
+    for env in ("HalfCheetah-v5", "Walker2d-v5", "Hopper-v5"):
+        got = _commands("acer-1m-threads", env, 1_000_000)
+        assert got == {name.replace("acer-paper-mujoco", "acer-threads"):
+                       flags.replace(f"{lr} --preset paper-mujoco", threads)
+                       for name, flags in twins.items()}
+    g = learning.grid("acer-1m-threads")
+    prereg = (learning.SUITES_DIR / "acer-1m-threads.preregistration.md").read_text().strip()
+    assert g.preregistration == prereg and "written 2026-12-07 before any run" in prereg
+    assert "measured 2026-12-07" in g.cost
+    assert [(c.label, c.a, c.b, c.rule, c.primary) for c in g.decision.claims] == [
+        ("C1 (replay)", "acer-threads", "acer-threads-on-policy", "superior", True),
+        ("C2 (trust region)", "acer-threads", "acer-threads-no-trust-region", "superior", True),
+        ("C2 (on-policy pair)", "acer-threads-on-policy",
+         "acer-threads-on-policy-no-trust-region", "superior", False)]
+    assert (g.decision.statistic, g.decision.window) == ("window", 200_000)
+
+
 def test_paired_t_against_scipy():
     import numpy as np
     from scipy import stats

@@ -305,10 +305,17 @@ def write_numpy(agent, folder: Path) -> str:
 
 
 # ---------------------------------------------------------------------- the model card
+# where a run logs, not what it learns: left out of the card's command (a reader reproducing the
+# run needs neither the 'wandb' extra nor the author's W&B project and team, which a card
+# published on the Hub would otherwise show)
+LOGGING_ONLY = ("wandb_project", "wandb_entity", "wandb_mode")
+
+
 def train_command(run: registry.RunConfig) -> list[str]:
     """``offpolicy train`` arguments that resolve to ``run``: the env, length and seed, the
     preset where it is not the default, the replay, then every field that differs from what
-    those give."""
+    those give (but :data:`LOGGING_ONLY`'s: the command trains the same agent, logging to the
+    run directory only)."""
     from offpolicy import config as C
 
     tc, spec = run.train, registry.get(run.algo)
@@ -328,7 +335,8 @@ def train_command(run: registry.RunConfig) -> list[str]:
     for cfg, ref, prefix in ((tc, base.train, ""), (run.agent, base.agent, spec.section + ".")):
         for f in C.fields_of(type(cfg)):
             value = getattr(cfg, f.name)
-            if f.name in given or value == getattr(ref, f.name) or value is None:
+            if (f.name in given or f.name in LOGGING_ONLY or value == getattr(ref, f.name)
+                    or value is None):
                 continue
             flag = "--" + prefix + f.name.replace("_", "-")
             if isinstance(value, bool):

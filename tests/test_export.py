@@ -288,6 +288,25 @@ def test_card_front_matter_and_command(trained, tmp_path):
     assert resolve_train(argv[2], argv[3:]).to_dict() == saved.to_dict()
 
 
+def test_card_command_leaves_out_where_the_run_logged():
+    """A run logged to W&B: the card's command trains the same agent without naming the
+    author's W&B project, team or mode (LOGGING_ONLY), and everything else resolves alike."""
+    from offpolicy.export import LOGGING_ONLY, train_command
+    from offpolicy.train_args import resolve_train
+
+    argv = ["--env", "Pendulum-v1", "--steps", "300", "--batch-size", "16",
+            "--wandb-project", "secret-project", "--wandb-entity", "my-team",
+            "--wandb-mode", "offline", "--ddpg.hidden", "16", "16"]
+    run = resolve_train("ddpg", argv)
+    command = train_command(run)
+    assert not any("wandb" in a or a in ("secret-project", "my-team") for a in command)
+    again = resolve_train(command[2], command[3:]).to_dict()
+    mine = run.to_dict()
+    for name in LOGGING_ONLY:
+        assert again["train"].pop(name) != mine["train"].pop(name)
+    assert again == mine
+
+
 def test_hub_folder_loads_and_acts_as_the_run(trained, tmp_path):
     assert cli.main(["export", str(trained), "--hub", str(tmp_path / "hub"),
                      "--checkpoint", "best"]) == 0

@@ -198,6 +198,19 @@ def _logger(run_dir: Path, start_step: int = 0) -> RunLogger:
     return RunLogger(run_dir, ["critic_loss"], 1000, start_step, True, "test")
 
 
+def test_eval_row_holds_plain_python_numbers():
+    """What a callback and learn() hand the user is plain Python: json.dumps takes it and
+    every statistic is a float, whatever NumPy type the returns came in."""
+    import json
+
+    row = eval_row(100, np.array([1.0, 2.0, 4.0], np.float32), 1.23456)
+    assert {k: type(v) for k, v in row.items()} == {
+        "step": int, "return_mean": float, "return_std": float, "return_se": float,
+        "episodes": int, "wall_time": float}
+    assert json.loads(json.dumps(row)) == row
+    assert np.isclose(row["return_se"], np.std([1.0, 2.0, 4.0]) / np.sqrt(3))
+
+
 @pytest.mark.parametrize("what", ["eval.csv", "train.csv", "tb"])
 def test_disk_full_while_logging_is_a_one_line_error(tmp_path, monkeypatch, what):
     disk = _FullDisk(monkeypatch, tmp_path / what)

@@ -215,7 +215,7 @@ def eval_row(step: int, returns: np.ndarray, wall_time: float) -> dict:
     n = len(returns)
     std = float(np.std(returns))
     return {"step": step, "return_mean": float(np.mean(returns)), "return_std": std,
-            "return_se": std / np.sqrt(n), "episodes": n, "wall_time": round(wall_time, 3)}
+            "return_se": float(std / np.sqrt(n)), "episodes": n, "wall_time": round(wall_time, 3)}
 
 
 def _clock_text(seconds: float) -> str:

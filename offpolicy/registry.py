@@ -460,6 +460,7 @@ def resolve(algo: str, preset: str | None = None, file_dict: dict[str, Any] | No
         raise OffpolicyError(f"--batch-size ({train.batch_size}) must not exceed --buffer-size "
                              f"({train.buffer_size})")
     check_step_multiples(train, set().union(*sources))
+    _check_collector_fields(train, set().union(*sources[2:]))
     if preset is None and spec.presets.get("paper") == {}:
         preset = "paper"  # the defaults are the paper's setting: config.yaml says which
     return RunConfig(algo, train, agent, preset)
@@ -478,6 +479,40 @@ def _check_core_fields(cfg: Any, spec: Algorithm, given: set[str]) -> None:
             raise OffpolicyError(f"{flag} {getattr(cfg, f.name)} applies to a recurrent core, "
                                  f"and this {spec.name} has none: give --{spec.section}.core "
                                  "lstm or gru, or leave it out")
+
+
+# fields that only remote collectors read (the first group), or only a collector's own replay
+COLLECTOR_FIELDS = ("ray_address", "ray_connect_timeout", "sync_every", "collect_steps",
+                    "collector_replay", "max_collector_restarts")
+COLLECTOR_REPLAY_FIELDS = ("collector_buffer_size", "collector_replay_unrolls")
+
+
+def _check_collector_fields(train: C.TrainConfig, given: set[str]) -> None:
+    """A remote collector's field set by flag or file (to other than its default) in a run
+    with no collectors, or a collector replay's without ``--collector-replay``, would do
+    nothing: refused, rather than recorded in config.yaml as if it applied. A preset's are
+    left alone (``--preset paper --num-collectors 0`` runs AQL's setting in one process)."""
+    defaults = C.TrainConfig()
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    def set_here(name: str) -> bool:
+        return ({name, name.replace("_", "-")} & given
+                and getattr(train, name) != getattr(defaults, name))
+
+    if not train.num_collectors:
+        for name in COLLECTOR_FIELDS + COLLECTOR_REPLAY_FIELDS:
+            if set_here(name):
+                raise OffpolicyError(
+                    f"{flag(name)} applies to remote collectors, and this run has none: give "
+                    f"--num-collectors N (Ray actors, the 'distributed' extra), or leave "
+                    f"{flag(name)} out")
+    elif not train.collector_replay:
+        for name in COLLECTOR_REPLAY_FIELDS:
+            if set_here(name):
+                raise OffpolicyError(f"{flag(name)} applies to the collectors' own replay: give "
+                                     f"--collector-replay too, or leave {flag(name)} out")
 
 
 STEP_MULTIPLES = ("steps", "eval_every", "checkpoint_every")

@@ -115,6 +115,33 @@ def test_checks_before_any_collector_starts(monkeypatch):
         Run(tiny_run(num_collectors=2), None)
 
 
+@pytest.mark.parametrize("given, message", [
+    ({"sync_every": 4}, "--sync-every applies to remote collectors, and this run has none"),
+    ({"ray_address": "127.0.0.1:1"}, "--ray-address applies to remote collectors"),
+    ({"collector_replay": True}, "--collector-replay applies to remote collectors"),
+    ({"collect_steps": 30}, "--collect-steps applies to remote collectors"),
+    ({"num_collectors": 2, "collector_replay_unrolls": 4},
+     "--collector-replay-unrolls applies to the collectors' own replay: give "
+     "--collector-replay too"),
+])
+def test_collector_fields_without_collectors_are_refused(given, message):
+    """A collector's flag (or config-file field) in a run without collectors would be recorded
+    in config.yaml and never read: refused in one line, by flag and by file alike."""
+    with pytest.raises(OffpolicyError, match=message):
+        registry.resolve("aql", train_overrides={"env": "CartPole-v1", **given})
+    with pytest.raises(OffpolicyError, match=message):
+        registry.resolve("aql", file_dict={"train": {"env": "CartPole-v1", **given}})
+
+
+def test_a_presets_collector_fields_run_in_one_process():
+    """AQL's paper-distributed preset sets remote collectors and their replay; --num-collectors 0 runs its
+    setting in this process, the preset's collector fields unused but not refused; a default
+    value given explicitly is not refused either."""
+    run = registry.resolve("aql", preset="paper-distributed", train_overrides={
+        "env": "CartPole-v1", "num_collectors": 0, "sync_every": 1})
+    assert run.train.num_collectors == 0 and run.train.collector_replay
+
+
 @pytest.mark.usefixtures("ray_turn")
 def test_an_unreachable_ray_address_is_one_line_within_seconds(tmp_path):
     """Issue 73: nothing listens at 127.0.0.1:1 (Ray itself retried it for minutes, printing

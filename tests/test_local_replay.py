@@ -158,9 +158,8 @@ def test_collector_replay_refuses_what_it_cannot_serve(algo, train, match):
     base = {"env": "toy_envs:ToyTruncate-v0", "collector_replay": True, "num_collectors": 2,
             "collect_steps": T, "steps": 70 if train.get("collect_steps") == 7 else 100}
     agent = {"unroll_length": T} if algo == "aql" else {}
-    run = registry.resolve(algo, train_overrides=base | train, agent_overrides=agent)
-    with pytest.raises(OffpolicyError, match=match):
-        build(run)
+    with pytest.raises(OffpolicyError, match=match):  # by resolve (flags) or by build
+        build(registry.resolve(algo, train_overrides=base | train, agent_overrides=agent))
 
 
 def test_a_restarted_collector_starts_with_an_empty_replay():

@@ -134,9 +134,9 @@ def test_collector_fields_without_collectors_are_refused(given, message):
 
 
 def test_a_presets_collector_fields_run_in_one_process():
-    """AQL's paper-distributed preset sets remote collectors and their replay; --num-collectors 0 runs its
-    setting in this process, the preset's collector fields unused but not refused; a default
-    value given explicitly is not refused either."""
+    """AQL's paper-distributed preset sets remote collectors and their replay;
+    --num-collectors 0 runs its setting in this process, the preset's collector fields unused
+    but not refused; a default value given explicitly is not refused either."""
     run = registry.resolve("aql", preset="paper-distributed", train_overrides={
         "env": "CartPole-v1", "num_collectors": 0, "sync_every": 1})
     assert run.train.num_collectors == 0 and run.train.collector_replay

@@ -490,8 +490,8 @@ COLLECTOR_REPLAY_FIELDS = ("collector_buffer_size", "collector_replay_unrolls")
 def _check_collector_fields(train: C.TrainConfig, given: set[str]) -> None:
     """A remote collector's field set by flag or file (to other than its default) in a run
     with no collectors, or a collector replay's without ``--collector-replay``, would do
-    nothing: refused, rather than recorded in config.yaml as if it applied. A preset's are
-    left alone (``--preset paper --num-collectors 0`` runs AQL's setting in one process)."""
+    nothing: refused, rather than recorded in config.yaml as if it applied. A preset's are not
+    blamed on a flag the user never gave (build refuses what the run then lacks)."""
     defaults = C.TrainConfig()
 
     def flag(name: str) -> str:

@@ -133,13 +133,16 @@ def test_collector_fields_without_collectors_are_refused(given, message):
         registry.resolve("aql", file_dict={"train": {"env": "CartPole-v1", **given}})
 
 
-def test_a_presets_collector_fields_run_in_one_process():
-    """AQL's paper-distributed preset sets remote collectors and their replay;
-    --num-collectors 0 runs its setting in this process, the preset's collector fields unused
-    but not refused; a default value given explicitly is not refused either."""
+def test_a_presets_collector_fields_are_not_blamed_on_a_flag():
+    """AQL's paper-distributed preset sets remote collectors and their replay; with
+    --num-collectors 0 the refusal names what the run lacks (build's), not a flag the user
+    never gave; a default value given explicitly is not refused."""
     run = registry.resolve("aql", preset="paper-distributed", train_overrides={
         "env": "CartPole-v1", "num_collectors": 0, "sync_every": 1})
     assert run.train.num_collectors == 0 and run.train.collector_replay
+    with pytest.raises(OffpolicyError, match="--collector-replay keeps a replay in every "
+                                             "remote collector: give --num-collectors K"):
+        Run(run, None)
 
 
 @pytest.mark.usefixtures("ray_turn")

@@ -87,7 +87,7 @@ BAD = [
      "entries.x on Pendulum-v1: --warmup-actions uniform: ddpg here records the behaviour"),
     (dict(flags="--batch-size 16", envs=["CartPole-v1"],
           entries={"x": {"algo": "aql", "flags": "--collector-replay"}}),
-     "entries.x on CartPole-v1: --collector-replay keeps a replay in every remote collector"),
+     "entries.x: --collector-replay applies to remote collectors, and this run has none"),
     (dict(flags="--batch-size 16", entries={"x": {"algo": "ddpg", "flags": "--pipeline "
                                                   "--num-collectors 2"}}),
      "entries.x on Pendulum-v1: --pipeline overlaps the env step"),
@@ -454,6 +454,35 @@ def test_a_run_still_held_by_a_live_process_is_left_alone(tmp_path):
 
 
 # ---------------------------------------------------------------------- Ray
+def test_a_sigterm_while_the_suite_joins_ray_stops_cleanly(tmp_path, monkeypatch):
+    """Issue 74's start-up protection for `suite run --ray-address`: ray.init installs a
+    SIGTERM handler of its own (sys.exit(15)); a SIGTERM while it joins the cluster stops the
+    driver as at any other moment: no run claimed or submitted, the outcome says which signal,
+    Ray shut down, the driver's own handlers back afterwards."""
+    ray = pytest.importorskip("ray")
+    import offpolicy.ray_address
+
+    utils = ray._private.utils
+    calls = []
+
+    def joining(**kw):  # what ray.init does, then the signal arrives while it runs
+        utils.set_sigterm_handler(lambda signum, frame: sys.exit(15))
+        calls.append("init")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(offpolicy.ray_address, "check_ray_address", lambda *a: None)
+    monkeypatch.setattr(ray, "init", joining)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    monkeypatch.setattr(ray, "wait", lambda *a, **k: pytest.fail("nothing was submitted"))
+    before = signal.getsignal(signal.SIGTERM)
+    runs = runner.plan(spec.load(_suite_file(tmp_path)), runner.default_layout(tmp_path / "o"))
+    out = runner.run_ray(runs, "10.0.0.1:6379", progress=False)
+    assert out.stopped == signal.SIGTERM and not out.ran and not out.failed
+    assert calls == ["init", "shutdown"]
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert not any(runner.run_dir_in_use(r.run_dir) for r in runs)
+
+
 @pytest.mark.usefixtures("ray_turn")
 def test_ray_dispatch_survives_a_lost_node(tmp_path):
     """Acceptance 2: a 2-node local Ray cluster, one node removed while it runs a run: the

@@ -568,7 +568,12 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
     import logging
 
     from offpolicy.ray_address import check_ray_address
-    from offpolicy.training.distributed import _one_line, _ray_failure, _spawning
+    from offpolicy.training.distributed import (
+        _one_line,
+        _ray_failure,
+        _signals_kept,
+        _spawning,
+    )
 
     if any(r.entry.peer for r in runs):
         raise OffpolicyError("peer entries run locally (--jobs), not on Ray")
@@ -577,37 +582,42 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
     if not todo:
         return out
     check_ray_address(address, connect_timeout)
-    try:
-        with _spawning():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.ERROR)
-    except Exception as e:
-        raise OffpolicyError(f"cannot join the Ray cluster at {address}: "
-                             f"{type(e).__name__}: {_one_line(e)}") from e
-    env_vars = {k: os.environ[k] for k in ("PYTHONPATH", "OFFPOLICY_CACHE_DIR", "JAX_PLATFORMS")
-                if k in os.environ}
-    # Ray itself does not retry: the driver counts every attempt
-    task = ray.remote(num_cpus=1, max_retries=0, retry_exceptions=False)(run_task) \
-        .options(runtime_env={"env_vars": env_vars} if env_vars else None)
-    view = Progress(runs, done, progress, stream)
-    attempts: dict[Path, int] = {}
-    pending = {}
-    claimed: list[RunSpec] = []
-    for run in todo:
-        if not claim(run.run_dir):  # a driver of this machine, local or Ray, runs it
-            out.busy.append(run)
-            continue
-        claimed.append(run)
-        attempts[run.run_dir] = 1
-        pending[task.remote(run)] = run
-        view.started(run)
     stop = []
 
     def on_signal(signum, frame):
         stop.append(signum)
 
-    try:
-        with _stop_signals(on_signal):
+    # the driver's handlers from before ray.init, whose own SIGTERM handler (sys.exit(15)) is
+    # not installed (issue 74's start-up protection, as a run's): a stop at any moment of the
+    # start-up claims nothing, submits nothing and leaves no Ray connection behind
+    with _stop_signals(on_signal):
+        try:
+            with _spawning(), _signals_kept(ray):
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.ERROR)
+        except Exception as e:
+            raise OffpolicyError(f"cannot join the Ray cluster at {address}: "
+                                 f"{type(e).__name__}: {_one_line(e)}") from e
+        view = Progress(runs, done, progress, stream)
+        claimed: list[RunSpec] = []
+        pending = {}
+        try:
+            env_vars = {k: os.environ[k] for k in ("PYTHONPATH", "OFFPOLICY_CACHE_DIR",
+                                                   "JAX_PLATFORMS") if k in os.environ}
+            # Ray itself does not retry: the driver counts every attempt
+            task = ray.remote(num_cpus=1, max_retries=0, retry_exceptions=False)(run_task) \
+                .options(runtime_env={"env_vars": env_vars} if env_vars else None)
+            attempts: dict[Path, int] = {}
+            for run in todo:
+                if stop:
+                    break
+                if not claim(run.run_dir):  # a driver of this machine, local or Ray, runs it
+                    out.busy.append(run)
+                    continue
+                claimed.append(run)
+                attempts[run.run_dir] = 1
+                pending[task.remote(run)] = run
+                view.started(run)
             while pending and not stop:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
                 view.update(list(pending.values()))
@@ -631,18 +641,19 @@ def run_ray(runs: list[RunSpec], address: str, retries: int = 3, progress: bool 
                         out.failed.append((run, why))
                         view.ended(run, False, why)
                     _after(after_each, run, view)
-    finally:
-        if stop:
-            for ref in pending:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref)
-            with contextlib.suppress(Exception):
-                ray.wait(list(pending), num_returns=len(pending), timeout=60)
-            out.stopped = stop[0]
-        for run in claimed:
-            release(run.run_dir)
-        view.close()
-        ray.shutdown()
+        finally:
+            if stop:
+                for ref in pending:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref)
+                if pending:
+                    with contextlib.suppress(Exception):
+                        ray.wait(list(pending), num_returns=len(pending), timeout=60)
+                out.stopped = stop[0]
+            for run in claimed:
+                release(run.run_dir)
+            view.close()
+            ray.shutdown()
     return out
 
 

@@ -35,6 +35,7 @@ its YAML.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -144,6 +145,33 @@ def canonical_args(argv: list[str]) -> list[str]:
     return out
 
 
+def report_seeds(seeds, out_dir: Path, stem: str) -> list[int]:
+    """The seeds a report covers: this driver's and every seed of the committed
+    ``<stem>.csv``. A driver that runs one seed (``--seeds 1``, a lane of its own) rewrites the
+    report and the verdicts with the other seeds' finished runs in them, not without."""
+    out = set(seeds)
+    path = out_dir / f"{stem}.csv"
+    if path.exists():
+        with open(path, newline="") as f:
+            out |= {int(r["seed"]) for r in csv.DictReader(f) if r.get("seed", "").isdigit()}
+    return sorted(out)
+
+
+def with_seeds(args: list[str], seeds) -> list[str]:
+    """``args`` with ``--seeds`` naming ``seeds`` (a report's command reruns what it shows)."""
+    out, skipping = [], False
+    for x in args:
+        if x == "--seeds":
+            out += ["--seeds", *map(str, seeds)]
+            skipping = True
+        elif skipping and not x.startswith("--"):
+            continue
+        else:
+            skipping = False
+            out.append(x)
+    return out
+
+
 def grid_name(suite: str, env: str) -> str:
     """One grid per (suite, env): HalfCheetah-v5 keeps the suite's plain name."""
     return suite if env == "HalfCheetah-v5" else f"{suite}_{env.replace('/', '_')}"
@@ -165,7 +193,8 @@ def write_verdicts(suite: str, steps: int, seeds, eval_every: int, runs_root: Pa
     groups_by_env, steps_by_env = {}, {}
     for env in tasks:
         name = grid_name(suite, env)
-        runs = runner.plan(bench_suite(suite, env, steps, seeds, None, eval_every),
+        env_seeds = report_seeds(seeds, out_dir, f"learning_{name}")
+        runs = runner.plan(bench_suite(suite, env, steps, env_seeds, None, eval_every),
                            lambda e, entry, seed, name=name: runs_root / name / entry / f"s{seed}")
         restore_finished(runs, out_dir, f"learning_{name}")
         done = {r.run_dir for r in runs if runner.finished(r.run_dir, r.steps)}
@@ -212,16 +241,19 @@ def main() -> int:
         return root / entry / f"s{seed}"
 
     runs = runner.plan(suite, layout)
-    # the report covers the whole grid: with --entries, the other entries' finished runs
-    # (another driver's, or restored from the committed CSVs) keep their rows
-    full = bench_suite(a.suite, a.env, a.steps, a.seeds, None, a.eval_every)
-    whole = runner.plan(full, layout) if a.entries else runs
-    a.out_dir.mkdir(parents=True, exist_ok=True)
-    # the command that runs the grid (without --entries, which picks what this driver runs):
-    # --report-only redraws a report under its canonical command after several drivers
-    # shared the runs
-    command = "python benchmarks/learning.py " + " ".join(canonical_args(sys.argv[1:]))
     stem, title = f"learning_{name}", f"Learning benchmark: {a.suite} on {a.env}"
+    # the report covers the whole grid: with --entries (or --seeds) a subset, the other entries'
+    # and seeds' finished runs (another driver's, or restored from the committed CSVs) keep
+    # their rows
+    seeds = report_seeds(a.seeds, a.out_dir, stem)
+    full = bench_suite(a.suite, a.env, a.steps, seeds, None, a.eval_every)
+    whole = runner.plan(full, layout) if a.entries or seeds != sorted(a.seeds) else runs
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    # the command that runs the grid (without --entries, which picks what this driver runs,
+    # and with every seed the report shows): --report-only redraws a report under its
+    # canonical command after several drivers shared the runs
+    command = "python benchmarks/learning.py " + " ".join(
+        with_seeds(canonical_args(sys.argv[1:]), seeds))
     restored = restore_finished(whole, a.out_dir, stem)
     if restored:
         print(f"restored from {a.out_dir}: {', '.join(restored)}", file=sys.stderr)
@@ -232,7 +264,7 @@ def main() -> int:
             print(lines[-1] if lines else f"[{time.strftime('%H:%M:%S')}] {run.label}",
                   file=log)
         write_report(full, whole, a.out_dir, stem, command, title=title, verdicts=False)
-        write_verdicts(a.suite, a.steps, a.seeds, a.eval_every, a.runs_root, a.out_dir,
+        write_verdicts(a.suite, a.steps, seeds, a.eval_every, a.runs_root, a.out_dir,
                        verdicts_command)
 
     # the verdicts' command names no --env: each task's grid runs with its own
@@ -251,7 +283,7 @@ def main() -> int:
     print(write_report(full, whole, a.out_dir, stem, command, title=title,
                        include_running=a.include_running, verdicts=False))
     if not a.include_running:
-        verdicts = write_verdicts(a.suite, a.steps, a.seeds, a.eval_every, a.runs_root,
+        verdicts = write_verdicts(a.suite, a.steps, seeds, a.eval_every, a.runs_root,
                                   a.out_dir, verdicts_command)
         if verdicts:
             print(f"verdicts: {verdicts}", file=sys.stderr)

@@ -532,6 +532,31 @@ def test_a_resumed_peer_run_keeps_its_evaluations_up_to_the_checkpoint(tmp_path,
     assert [r["at_step"] for r in config["resumed"]] == [400]
 
 
+def test_a_driver_of_one_seed_keeps_the_other_seeds_rows(tmp_path, monkeypatch):
+    """A lane that runs one seed (--seeds 1) on a new machine, where seed 0 finished in an
+    earlier session and lives only in the committed CSV: its report (and command) still covers
+    seeds 0 and 1."""
+    root, out = tmp_path / "runs", tmp_path / "results"
+    grid = root / "refer-pendulum_Pendulum-v1"
+    for seed in (0, 1):
+        _fake_run(grid / "naf" / f"s{seed}", [(10, -500.0), (20, -150.0 - seed)], [(20, 0.2)])
+    argv = ["learning.py", "--suite", "refer-pendulum", "--env", "Pendulum-v1", "--steps", "20",
+            "--runs-root", str(root), "--out-dir", str(out), "--report-only"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--seeds", "0"])
+    assert learning.main() == 0
+    import shutil
+
+    shutil.rmtree(grid / "naf" / "s0")  # a new machine: seed 0 is in the committed CSV only
+    monkeypatch.setattr(sys, "argv", [*argv, "--seeds", "1"])
+    assert learning.main() == 0
+    text = (out / "learning_refer-pendulum_Pendulum-v1.md").read_text()
+    assert "| naf | 2 | 20 |" in text, text
+    assert "--steps 20 --seeds 0 1`" in text
+    assert learning.report_seeds([3], out, "learning_refer-pendulum_Pendulum-v1") == [0, 1, 3]
+    assert learning.with_seeds(["--suite", "x", "--seeds", "1", "--jobs", "2"], [0, 1]) == [
+        "--suite", "x", "--seeds", "0", "1", "--jobs", "2"]
+
+
 def test_a_driver_of_some_entries_keeps_the_other_entries_rows(tmp_path, monkeypatch):
     """Two drivers share a grid (say, the DDPG entries here and the ACE ones on a GPU machine):
     the report of the one that runs a subset still holds every finished run, under the grid's

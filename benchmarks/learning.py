@@ -158,18 +158,19 @@ def report_seeds(seeds, out_dir: Path, stem: str) -> list[int]:
 
 
 def with_seeds(args: list[str], seeds) -> list[str]:
-    """``args`` with ``--seeds`` naming ``seeds`` (a report's command reruns what it shows)."""
-    out, skipping = [], False
+    """``args`` with ``--seeds`` naming ``seeds`` (a report's command reruns what it shows),
+    appended where ``args`` had none (the driver ran the default seeds, the report shows more)."""
+    out, skipping, named = [], False, False
     for x in args:
-        if x == "--seeds":
+        if x == "--seeds" or x.startswith("--seeds="):
             out += ["--seeds", *map(str, seeds)]
-            skipping = True
+            skipping, named = x == "--seeds", True
         elif skipping and not x.startswith("--"):
             continue
         else:
             skipping = False
             out.append(x)
-    return out
+    return out if named else [*out, "--seeds", *map(str, seeds)]
 
 
 def grid_name(suite: str, env: str) -> str:

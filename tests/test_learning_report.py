@@ -555,6 +555,11 @@ def test_a_driver_of_one_seed_keeps_the_other_seeds_rows(tmp_path, monkeypatch):
     assert learning.report_seeds([3], out, "learning_refer-pendulum_Pendulum-v1") == [0, 1, 3]
     assert learning.with_seeds(["--suite", "x", "--seeds", "1", "--jobs", "2"], [0, 1]) == [
         "--suite", "x", "--seeds", "0", "1", "--jobs", "2"]
+    # a driver of the default seeds, whose report shows more (seeds 3-4 from the CSV)
+    assert learning.with_seeds(["--suite", "x", "--steps", "20"], [0, 3]) == [
+        "--suite", "x", "--steps", "20", "--seeds", "0", "3"]
+    assert learning.with_seeds(["--seeds=2", "--suite", "x"], [1, 2]) == [
+        "--seeds", "1", "2", "--suite", "x"]
 
 
 def test_a_driver_of_some_entries_keeps_the_other_entries_rows(tmp_path, monkeypatch):

@@ -191,10 +191,12 @@ def write_verdicts(suite: str, steps: int, seeds, eval_every: int, runs_root: Pa
     from offpolicy.suites.verdict import decision_section
 
     tasks = tuple(e.env for e in g.envs)
+    # a verdict waits for the pre-registered seeds (the YAML's), whichever a driver ran
+    pre = tuple(g.seeds)
     groups_by_env, steps_by_env = {}, {}
     for env in tasks:
         name = grid_name(suite, env)
-        env_seeds = report_seeds(seeds, out_dir, f"learning_{name}")
+        env_seeds = sorted(set(report_seeds(seeds, out_dir, f"learning_{name}")) | set(pre))
         runs = runner.plan(bench_suite(suite, env, steps, env_seeds, None, eval_every),
                            lambda e, entry, seed, name=name: runs_root / name / entry / f"s{seed}")
         restore_finished(runs, out_dir, f"learning_{name}")
@@ -205,7 +207,7 @@ def write_verdicts(suite: str, steps: int, seeds, eval_every: int, runs_root: Pa
     text = "\n".join([f"# Verdicts: {suite} ({', '.join(tasks)})", "",
                       f"Command (each task's grid, `--env` one of {', '.join(tasks)}): "
                       f"`{command}`", "", g.preregistration])
-    text += "\n" + decision_section(g.decision, groups_by_env, steps_by_env, tuple(seeds))
+    text += "\n" + decision_section(g.decision, groups_by_env, steps_by_env, pre)
     path = out_dir / f"learning_{suite}_verdicts.md"
     path.write_text(text)
     return path
@@ -269,7 +271,10 @@ def main() -> int:
                        verdicts_command)
 
     # the verdicts' command names no --env: each task's grid runs with its own
-    verdicts_command = " ".join(x for x in command.split() if x not in ("--env", a.env))
+    # and every seed of the grid's pre-registration
+    verdicts_command = "python benchmarks/learning.py " + " ".join(with_seeds(
+        [x for x in canonical_args(sys.argv[1:]) if x not in ("--env", a.env)],
+        sorted(set(seeds) | set(grid(a.suite).seeds))))
     if not a.report_only:
         outcome = runner.run_local(runs, a.jobs, peer_command(a.peers_python),
                                    after_each=after_each)

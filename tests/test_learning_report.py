@@ -585,3 +585,32 @@ def test_a_driver_of_some_entries_keeps_the_other_entries_rows(tmp_path, monkeyp
                                     "--runs-root=/w/r", "--peers-python", "/p/python",
                                     "--seeds", "1"]) == \
         ["--suite", "x", "--jobs", "2", "--seeds", "1"]
+
+
+def test_a_verdict_waits_for_the_pre_registered_seeds_whichever_a_driver_ran(tmp_path,
+                                                                           monkeypatch):
+    """A lane that runs one seed (--seeds 1) of a grid whose YAML pre-registers seeds 0-2: with
+    seeds 0 and 1 finished, the verdict is interim, and the verdicts' command names the
+    pre-registered seeds (it once took the driver's one seed as the grid's)."""
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "tiny-decision.yaml").write_text(
+        "envs: [Pendulum-v1]\nseeds: [0, 1, 2]\n"
+        "entries:\n  naf: {}\n  ddpg-refer: {algo: ddpg, flags: --replay refer}\n"
+        "decision:\n  window: 10\n  claims:\n    - {label: C1, a: ddpg-refer, b: naf}\n")
+    monkeypatch.setattr(learning, "SUITES_DIR", suites)
+    root, out = tmp_path / "runs", tmp_path / "results"
+    grid = root / "tiny-decision_Pendulum-v1"
+    for seed in (0, 1):
+        _fake_run(grid / "naf" / f"s{seed}", [(10, -500.0), (20, -300.0 - seed)], [(20, 0.2)])
+        _fake_run(grid / "ddpg-refer" / f"s{seed}", [(10, -400.0), (20, -150.0 - 3 * seed)],
+                  [(20, 0.1)])
+    monkeypatch.setattr(sys, "argv", [
+        "learning.py", "--suite", "tiny-decision", "--env", "Pendulum-v1", "--steps", "20",
+        "--seeds", "1", "--runs-root", str(root), "--out-dir", str(out), "--report-only"])
+    assert learning.main() == 0
+    text = (out / "learning_tiny-decision_verdicts.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| C1 "))
+    assert "| 2 / 2 |" in row and row.rstrip().endswith("(interim) |"), row
+    assert "--steps 20 --seeds 0 1 2`" in text
+    assert "pre-registered seeds (0, 1, 2" in text

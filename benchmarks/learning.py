@@ -232,7 +232,8 @@ def main() -> int:
                    help="with --report-only: runs in progress join the tables, tests and curves "
                         "(written as learning_<suite>_partial.*)")
     a = p.parse_args()
-    known = list(grid(a.suite).entries)
+    the_grid = grid(a.suite)
+    known = list(the_grid.entries)
     unknown = [e for e in a.entries or [] if e not in known]
     if unknown:
         p.error(f"not in suite {a.suite}: {', '.join(unknown)} (its entries: {', '.join(known)})")
@@ -274,7 +275,7 @@ def main() -> int:
     # and every seed of the grid's pre-registration
     verdicts_command = "python benchmarks/learning.py " + " ".join(with_seeds(
         [x for x in canonical_args(sys.argv[1:]) if x not in ("--env", a.env)],
-        sorted(set(seeds) | set(grid(a.suite).seeds))))
+        sorted(set(seeds) | set(the_grid.seeds))))
     if not a.report_only:
         outcome = runner.run_local(runs, a.jobs, peer_command(a.peers_python),
                                    after_each=after_each)

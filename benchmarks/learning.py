@@ -178,36 +178,58 @@ def grid_name(suite: str, env: str) -> str:
     return suite if env == "HalfCheetah-v5" else f"{suite}_{env.replace('/', '_')}"
 
 
+def finished_groups(suite: str, env: str, steps: int, seeds, eval_every: int,
+                    runs_root: Path, out_dir: Path) -> dict[str, list[Path]]:
+    """The finished runs of grid ``suite`` on ``env`` by entry (runs here, or restored from the
+    committed CSVs), over ``seeds`` and every seed its committed CSV holds."""
+    from offpolicy.suites.report import collect
+
+    name = grid_name(suite, env)
+    env_seeds = report_seeds(seeds, out_dir, f"learning_{name}")
+    runs = runner.plan(bench_suite(suite, env, steps, env_seeds, None, eval_every),
+                       lambda e, entry, seed: runs_root / name / entry / f"s{seed}")
+    restore_finished(runs, out_dir, f"learning_{name}")
+    done = {r.run_dir for r in runs if runner.finished(r.run_dir, r.steps)}
+    return {entry: [d for d in dirs if d in done]
+            for entry, dirs in collect(runs).get(env, {}).items()}
+
+
 def write_verdicts(suite: str, steps: int, seeds, eval_every: int, runs_root: Path,
                    out_dir: Path, command: str) -> Path | None:
     """``learning_<suite>_verdicts.md``: the grid's pre-registration, then the verdicts of its
     claims over the finished runs of every env of its YAML, its tasks (runs here, or restored
     from the committed CSVs); None for a grid without a decision (Holm's adjustment runs over
-    all tasks' primary comparisons, so the tasks' grids are read together)."""
+    all tasks' primary comparisons, so the tasks' grids are read together). A decision with
+    ``beside`` adds its table: each arm beside its twin in the other grid, at the same budget."""
     g = grid(suite)
     if g.decision is None:
         return None
-    from offpolicy.suites.report import collect
-    from offpolicy.suites.verdict import decision_section
+    from offpolicy.suites.verdict import beside_section, decision_section
 
     tasks = tuple(e.env for e in g.envs)
     # a verdict waits for the pre-registered seeds (the YAML's), whichever a driver ran
     pre = tuple(g.seeds)
-    groups_by_env, steps_by_env = {}, {}
-    for env in tasks:
-        name = grid_name(suite, env)
-        env_seeds = sorted(set(report_seeds(seeds, out_dir, f"learning_{name}")) | set(pre))
-        runs = runner.plan(bench_suite(suite, env, steps, env_seeds, None, eval_every),
-                           lambda e, entry, seed, name=name: runs_root / name / entry / f"s{seed}")
-        restore_finished(runs, out_dir, f"learning_{name}")
-        done = {r.run_dir for r in runs if runner.finished(r.run_dir, r.steps)}
-        groups_by_env[env] = {entry: [d for d in dirs if d in done]
-                              for entry, dirs in collect(runs).get(env, {}).items()}
-        steps_by_env[env] = steps
+    every = sorted(set(seeds) | set(pre))
+    groups_by_env = {env: finished_groups(suite, env, steps, every, eval_every, runs_root,
+                                          out_dir) for env in tasks}
+    steps_by_env = dict.fromkeys(tasks, steps)
     text = "\n".join([f"# Verdicts: {suite} ({', '.join(tasks)})", "",
                       f"Command (each task's grid, `--env` one of {', '.join(tasks)}): "
                       f"`{command}`", "", g.preregistration])
     text += "\n" + decision_section(g.decision, groups_by_env, steps_by_env, pre)
+    beside = g.decision.beside
+    if beside is not None:
+        if beside.suite not in grids():
+            raise OffpolicyError(f"suite {suite}: decision.beside.suite: unknown grid "
+                                 f"{beside.suite!r}")
+        twin = grid(beside.suite)
+        unknown = [t for _, t in beside.pairs if t not in twin.entries]
+        if unknown:
+            raise OffpolicyError(f"suite {suite}: decision.beside.entries: not in "
+                                 f"{beside.suite}: {', '.join(unknown)}")
+        twin_groups = {env: finished_groups(beside.suite, env, steps, twin.seeds, eval_every,
+                                            runs_root, out_dir) for env in tasks}
+        text += beside_section(g.decision, groups_by_env, twin_groups, steps_by_env)
     path = out_dir / f"learning_{suite}_verdicts.md"
     path.write_text(text)
     return path

@@ -7,9 +7,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import learning  # noqa: E402
+from offpolicy.errors import OffpolicyError  # noqa: E402
 from offpolicy.suites import runner, spec  # noqa: E402
 from offpolicy.suites.report import (  # noqa: E402
     final_comparisons,
@@ -614,3 +617,53 @@ def test_a_verdict_waits_for_the_pre_registered_seeds_whichever_a_driver_ran(tmp
     assert "| 2 / 2 |" in row and row.rstrip().endswith("(interim) |"), row
     assert "--steps 20 --seeds 0 1 2`" in text
     assert "pre-registered seeds (0, 1, 2" in text
+
+
+def test_a_decision_sets_each_arm_beside_its_twin_in_another_grid(tmp_path, monkeypatch):
+    """``decision.beside`` (acer-1m-threads' promise to describe each arm beside its acer-1m
+    twin): the verdicts end with a table of S here, S of the twin in the other grid (its runs
+    here or restored from its committed CSV) and the difference, with no test."""
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "old-grid.yaml").write_text(
+        "envs: [Pendulum-v1]\nseeds: [0, 1]\nentries:\n  naf: {}\n  ddpg: {}\n")
+    (suites / "new-grid.yaml").write_text(
+        "envs: [Pendulum-v1]\nseeds: [0, 1]\n"
+        "entries:\n  naf-b: {algo: naf, flags: --batch-size 8}\n"
+        "  ddpg-b: {algo: ddpg, flags: --batch-size 8}\n"
+        "decision:\n  window: 10\n  claims:\n    - {label: C1, a: ddpg-b, b: naf-b}\n"
+        "  beside: {suite: old-grid, entries: {naf-b: naf, ddpg-b: ddpg}}\n")
+    monkeypatch.setattr(learning, "SUITES_DIR", suites)
+    root, out = tmp_path / "runs", tmp_path / "results"
+    for seed in (0, 1):  # S (the last 10 steps of 20): the evaluation at step 20
+        _fake_run(root / "new-grid_Pendulum-v1" / "naf-b" / f"s{seed}",
+                  [(10, 0.0), (20, -300.0 - 10 * seed)], [(20, 0.2)])
+        _fake_run(root / "new-grid_Pendulum-v1" / "ddpg-b" / f"s{seed}",
+                  [(10, 0.0), (20, -100.0 - 10 * seed)], [(20, 0.2)])
+        _fake_run(root / "old-grid_Pendulum-v1" / "ddpg" / f"s{seed}",
+                  [(10, 0.0), (20, -400.0 + 20 * seed)], [(20, 0.2)])
+    # the old grid's naf runs: one here unfinished (no row), none restored
+    _fake_run(root / "old-grid_Pendulum-v1" / "naf" / "s0", [(10, -1.0)], [(10, 0.2)])
+    monkeypatch.setattr(sys, "argv", [
+        "learning.py", "--suite", "new-grid", "--env", "Pendulum-v1", "--steps", "20",
+        "--seeds", "0", "1", "--runs-root", str(root), "--out-dir", str(out), "--report-only"])
+    assert learning.main() == 0
+    text = (out / "learning_new-grid_verdicts.md").read_text()
+    section = text[text.index("## Beside old-grid"):]
+    rows = {line.split(" | ")[1]: line for line in section.splitlines()
+            if line.startswith("| Pendulum-v1 |")}
+    assert rows["ddpg-b"] == ("| Pendulum-v1 | ddpg-b | 2 | -105.0 ± 5.0 | ddpg | 2 | "
+                              "-390.0 ± 10.0 | 285.0 |")
+    assert rows["naf-b"] == "| Pendulum-v1 | naf-b | 2 | -305.0 ± 5.0 | naf | 0 | - |  |"
+    # the package's report (offpolicy suite report) has one grid's runs: it says it leaves
+    # the table out
+    s = spec.load(suites / "new-grid.yaml").select(steps=20)
+    pkg = write_report(s, runner.plan(s, lambda e, entry, seed: root / "new-grid_Pendulum-v1"
+                                      / entry / f"s{seed}"), out, "pkg", "cmd")
+    assert "## Verdicts (pre-registered)" in pkg and "## Beside" not in pkg
+    assert "each arm beside its twin in old-grid) is drawn by benchmarks/learning.py" in pkg
+    # a twin that the other grid does not have is a one-line error
+    (suites / "new-grid.yaml").write_text(
+        (suites / "new-grid.yaml").read_text().replace("naf-b: naf,", "naf-b: nafx,"))
+    with pytest.raises(OffpolicyError, match="not in old-grid: nafx"):
+        learning.main()

@@ -110,6 +110,15 @@ BAD = [
     (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg",
                                                "rule": "noninferior"}]}),
      "decision.claims[0].rule: expected one of superior, non-inferior, got 'noninferior'"),
+    (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg"}],
+                    "beside": {"suite": "old"}}),
+     "decision.beside: needs 'suite' and 'entries'"),
+    (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg"}],
+                    "beside": {"suite": "old", "entries": {"ddpg-refr": "ddpg"}}}),
+     "decision.beside.entries: unknown entry 'ddpg-refr'; did you mean ddpg-refer"),
+    (dict(decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg"}],
+                    "beside": {"suite": "../old", "entries": {"ddpg": "ddpg"}}}),
+     "decision.beside.suite: expected a name of"),
 ]
 
 
@@ -255,7 +264,7 @@ def test_a_decision_takes_a_statistic_and_a_rule_per_claim(tmp_path):
         "window": 300, "statistic": "best", "margin": 0.2, "claims": [
             {"label": "C1", "a": "ddpg-refer", "b": "ddpg", "rule": "non-inferior"},
             {"label": "C2", "a": "ddpg-refer", "b": "ddpg", "rule": "superior"}]})).decision
-    assert d.statistic == "best" and d.margin == 0.2
+    assert d.statistic == "best" and d.margin == 0.2 and d.beside is None
     assert [c.rule for c in d.claims] == ["non-inferior", "superior"]
     plain = spec.load(_suite_file(tmp_path, name="plain", decision={
         "window": 300, "claims": [{"label": "C1", "a": "ddpg-refer", "b": "ddpg"}]})).decision

@@ -176,3 +176,24 @@ def test_a_decision_section_gives_one_line_per_primary_claim_and_task(tmp_path):
         Decision((Claim("C1", "new", "old", seeds=(0, 1, 2)),), window=200), groups,
         {"Ant": 1000}, (0, 1, 2, 3, 4))
     assert "reproduced: difference" in final and "interim" not in final.split("Verdicts:")[1]
+
+
+def test_beside_sets_each_arm_beside_its_twin_without_a_test(tmp_path):
+    """``decision.beside``: S of each arm (here the best evaluation) beside its twin's in the
+    other grid, per task, with the difference of the means and no p or verdict; a twin with no
+    finished run leaves a dash; no ``beside``, no section."""
+    from offpolicy.suites.spec import Beside
+
+    curve = lambda best: [(100, 0.0), (200, best), (300, 1.0)]  # noqa: E731
+    here = {"Ant": {"new": [_run(tmp_path, f"n{i}", curve(b)) for i, b in enumerate([10, 14])],
+                    "other": [_run(tmp_path, "x0", curve(3))]}}
+    twins = {"Ant": {"old": [_run(tmp_path, f"o{i}", curve(b)) for i, b in enumerate([2, 4, 6])]}}
+    d = Decision((Claim("C1", "new", "other"),), window=100, statistic="best",
+                 beside=Beside("old-grid", (("new", "old"), ("other", "gone"))))
+    text = verdict.beside_section(d, here, twins, {"Ant": 300})
+    assert "## Beside old-grid (a description, no test)" in text
+    rows = [line for line in text.splitlines() if line.startswith("| Ant |")]
+    assert rows == ["| Ant | new | 2 | 12.0 ± 2.0 | old | 3 | 4.0 ± 1.2 | 8.0 |",
+                    "| Ant | other | 1 | 3.0 (1 run) | gone | 0 | - |  |"]
+    assert "reproduced" not in text and " p " not in text
+    assert verdict.beside_section(Decision((), window=100), here, twins, {"Ant": 300}) == ""

@@ -450,6 +450,10 @@ def write_report(suite: Suite, runs: list[RunSpec], out_dir: Path, stem: str, co
         text += verdict.decision_section(suite.decision, by_env,
                                          {env: plans[env].steps for env in by_env_all
                                           if env in plans}, suite.seeds)
+        if suite.decision.beside is not None:  # the other grid's runs are not this report's
+            text += (f"\nThe decision's `beside` table (each arm beside its twin in "
+                     f"{suite.decision.beside.suite}) is drawn by benchmarks/learning.py, which "
+                     "reads both grids' runs; it is not in this report.\n")
     (out_dir / f"{stem}.md").write_text(text)
     n_done = sum(len(d) for g in by_env.values() for d in g.values()) if not include_running \
         else sum(finished(r.run_dir, r.steps) for r in runs)

@@ -69,7 +69,8 @@ ENV_KEYS = ("steps", "eval_every", "entries", "threshold")
 ENTRY_KEYS = ("algo", "flags", "peer", "note")
 EVAL_KEYS = ("every", "episodes")
 PAPER_KEYS = ("steps", "seeds", "eval_every")
-DECISION_KEYS = ("window", "margin", "statistic", "claims")
+DECISION_KEYS = ("window", "margin", "statistic", "claims", "beside")
+BESIDE_KEYS = ("suite", "entries")
 CLAIM_KEYS = ("label", "a", "b", "envs", "primary", "seeds", "rule")
 # a decision's statistic S per run (offpolicy.suites.verdict): the mean evaluation return over
 # the last ``window`` steps, or the best evaluation of the run (the ACE paper's Table 1)
@@ -146,6 +147,19 @@ class Decision:
     window: int
     margin: float = 0.1
     statistic: str = "window"  # one of STATISTICS
+    # a description with no test: each entry's S beside its twin's in another grid
+    beside: Beside | None = None
+
+
+@dataclass(frozen=True)
+class Beside:
+    """A decision's ``beside``: each arm (``pairs``' first name, an entry of this suite) set
+    beside its twin (the second, an entry of the grid ``suite``) by S on each task, with no test:
+    what a pre-registration promises as a description when the two grids differ in a setting
+    that was not randomised (:func:`offpolicy.suites.verdict.beside_section`)."""
+
+    suite: str
+    pairs: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -482,7 +496,30 @@ def _decision(path, d, entries: dict, peers: list[str], envs: list[EnvPlan]
     return Decision(tuple(claims), _int(path, "decision.window", dd["window"], 1),
                     _number(path, "decision.margin", dd.get("margin", 0.1)),
                     _choice(path, "decision.statistic", dd.get("statistic", "window"),
-                            STATISTICS))
+                            STATISTICS),
+                    _beside(path, dd.get("beside"), entries))
+
+
+def _beside(path, b, entries: dict) -> Beside | None:
+    """``decision.beside``: ``suite`` (another grid's name) and ``entries``, a mapping of this
+    suite's entries to that grid's (checked when the report reads that grid)."""
+    if b is None:
+        return None
+    b = _keys(path, "decision.beside", b, BESIDE_KEYS)
+    if "suite" not in b or "entries" not in b:
+        raise _err(path, "decision.beside", "needs 'suite' and 'entries'")
+    suite = safe_name(path, "decision.beside.suite", b["suite"])
+    if not isinstance(b["entries"], dict) or not b["entries"]:
+        raise _err(path, "decision.beside.entries",
+                   f"expected a mapping of this suite's entries to {suite}'s, got "
+                   f"{b['entries']!r}")
+    pairs = []
+    for here, twin in b["entries"].items():
+        if here not in entries:
+            raise _err(path, "decision.beside.entries", f"unknown entry {here!r}"
+                                                        f"{did_you_mean(str(here), list(entries))}")
+        pairs.append((here, _str(path, f"decision.beside.entries.{here}", twin)))
+    return Beside(suite, tuple(pairs))
 
 
 def _preregistration(path, d) -> str:

@@ -238,3 +238,31 @@ def decision_section(decision: Decision, groups_by_env: dict[str, dict[str, list
                      f"{'' if math.isnan(holm_p) else f'{holm_p:.3f}'} | [{lo:.1f}, {hi:.1f}] | "
                      f"{mde:.1f} | {train} | {second}{v_text} |")
     return "\n".join(lines + ["", "Verdicts:", "", *verdicts]) + "\n"
+
+
+def beside_section(decision: Decision, groups_by_env: dict[str, dict[str, list[Path]]],
+                   twin_groups_by_env: dict[str, dict[str, list[Path]]],
+                   steps_by_env: dict[str, int]) -> str:
+    """The decision's ``beside`` table: on each task, each arm's S (finished runs, mean ± s.e.)
+    beside its twin's in the grid ``decision.beside.suite`` and the difference of the means.
+    A description with no p, interval or verdict: the two grids differ in a setting that was
+    not randomised against anything else. Empty without ``beside``."""
+    b = decision.beside
+    if b is None:
+        return ""
+    lines = ["", f"## Beside {b.suite} (a description, no test)", "",
+             f"Each arm's S (as in the verdicts) beside its twin's in `{b.suite}`, over the "
+             "finished runs of each (mean ± s.e.), and the difference of the means. The two "
+             "grids differ in a setting that was not randomised against anything else, so the "
+             "difference is described, not tested.", "",
+             f"| task | arm | runs | S | twin in {b.suite} | runs | S of twin | arm - twin |",
+             "|---|---|---:|---:|---|---:|---:|---:|"]
+    for env, steps in steps_by_env.items():
+        here, there = groups_by_env.get(env, {}), twin_groups_by_env.get(env, {})
+        for arm, twin in b.pairs:
+            a = [statistic(d, steps, decision) for d in here.get(arm, [])]
+            t = [statistic(d, steps, decision) for d in there.get(twin, [])]
+            diff = f"{np.mean(a) - np.mean(t):.1f}" if a and t else ""
+            lines.append(f"| {env} | {arm} | {len(a)} | {_mse(a) if a else '-'} | {twin} | "
+                         f"{len(t)} | {_mse(t) if t else '-'} | {diff} |")
+    return "\n".join(lines) + "\n"

@@ -257,6 +257,17 @@ def test_a_pre_registered_decision_and_peer_entries_parse(tmp_path, capsys):
         capsys.readouterr().err
 
 
+def test_a_decisions_beside_names_twins_in_another_grid_and_drops_a_peer_left_out(tmp_path):
+    path = _suite_file(
+        tmp_path, entries={"ddpg": {}, "sb3-ddpg": {"peer": "sb3", "algo": "ddpg"}},
+        decision={"window": 300, "claims": [{"label": "C1", "a": "ddpg", "b": "sb3-ddpg"}],
+                  "beside": {"suite": "old-grid",
+                             "entries": {"ddpg": "ddpg-old", "sb3-ddpg": "sb3-old"}}})
+    assert spec.load(path).decision.beside == spec.Beside("old-grid", (("ddpg", "ddpg-old"),))
+    assert spec.load(path, allow_peers=True).decision.beside.pairs == (
+        ("ddpg", "ddpg-old"), ("sb3-ddpg", "sb3-old"))
+
+
 def test_a_decision_takes_a_statistic_and_a_rule_per_claim(tmp_path):
     """``statistic: best`` (the ACE paper's best evaluation) and a claim's ``rule:
     non-inferior``; without them S is the window mean and a claim says a > b."""

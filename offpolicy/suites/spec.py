@@ -497,12 +497,13 @@ def _decision(path, d, entries: dict, peers: list[str], envs: list[EnvPlan]
                     _number(path, "decision.margin", dd.get("margin", 0.1)),
                     _choice(path, "decision.statistic", dd.get("statistic", "window"),
                             STATISTICS),
-                    _beside(path, dd.get("beside"), entries))
+                    _beside(path, dd.get("beside"), entries, peers))
 
 
-def _beside(path, b, entries: dict) -> Beside | None:
+def _beside(path, b, entries: dict, peers: list[str]) -> Beside | None:
     """``decision.beside``: ``suite`` (another grid's name) and ``entries``, a mapping of this
-    suite's entries to that grid's (checked when the report reads that grid)."""
+    suite's entries to that grid's (checked when the report reads that grid); a peer entry
+    left out is left out of it."""
     if b is None:
         return None
     b = _keys(path, "decision.beside", b, BESIDE_KEYS)
@@ -515,10 +516,9 @@ def _beside(path, b, entries: dict) -> Beside | None:
                    f"{b['entries']!r}")
     pairs = []
     for here, twin in b["entries"].items():
-        if here not in entries:
-            raise _err(path, "decision.beside.entries", f"unknown entry {here!r}"
-                                                        f"{did_you_mean(str(here), list(entries))}")
-        pairs.append((here, _str(path, f"decision.beside.entries.{here}", twin)))
+        twin = _str(path, f"decision.beside.entries.{here}", twin)
+        if _kept(path, "decision.beside.entries", here, entries, peers):
+            pairs.append((here, twin))
     return Beside(suite, tuple(pairs))
 
 

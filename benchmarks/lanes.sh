@@ -21,9 +21,10 @@
 # Each lane's output goes to $LANES_DIR/<lane>.log and its process group to <lane>.pid
 # (LANES_DIR: benchmarks/runs/lanes by default). Pausing stops the whole process tree of a lane:
 # its order script, the learning.py driver, the run and what the run started (Ray's processes).
-cd "$(dirname "$0")/.." || exit 2
+SELF=$(realpath "$0")
+cd "$(dirname "$SELF")/.." || exit 2
 LANES_DIR=${LANES_DIR:-benchmarks/runs/lanes}
-PY=${PYTHON:-.venv/bin/python}
+PY=$(printf %q "${PYTHON:-.venv/bin/python}")
 
 refer() { echo "benchmarks/refer-1m-order.sh"; }
 issue71() {
@@ -41,10 +42,21 @@ steps() {  # the commands of lane $1, in order
     esac
 }
 
-alive() {  # lane $1's process group is running
+alive() {  # lane $1 is running: its pid file names a live session leader that runs `bash -c`
     local pid
     pid=$(cat "$LANES_DIR/$1.pid" 2>/dev/null) || return 1
-    kill -0 "$pid" 2>/dev/null
+    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+    # a finished lane's pid may have gone to another process since
+    [[ $(ps -o sid= -p "$pid" | tr -d ' ') == "$pid" ]] || return 1
+    [[ $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) == "bash -c "* ]]
+}
+
+living() {  # those of the pids $@ that still run (not gone, not a zombie)
+    local p state
+    for p in "$@"; do
+        state=$(ps -o stat= -p "$p" 2>/dev/null | tr -d ' ')
+        [[ -n $state && $state != Z* ]] && echo "$p"
+    done
 }
 
 tree() {  # pid $1 and all its descendants
@@ -56,12 +68,20 @@ tree() {  # pid $1 and all its descendants
 }
 
 signal_lanes() {  # send signal $1 to every process of each running lane of LANES
-    local lane pids
+    local lane pids new round
     for lane in "${LANES[@]}"; do
         alive "$lane" || continue
-        pids=$(tree "$(cat "$LANES_DIR/$lane.pid")")
-        # shellcheck disable=SC2086
-        kill "-$1" $pids 2>/dev/null
+        pids=""
+        # again until the tree holds no process it has not had: one forked in between (the
+        # driver starting the next run, a run starting Ray) is caught by the next round
+        for round in 1 2 3 4 5; do
+            new=$(comm -13 <(tr ' ' '\n' <<< "$pids" | sort) \
+                           <(tree "$(cat "$LANES_DIR/$lane.pid")" | sort))
+            [[ -z $new ]] && break
+            # shellcheck disable=SC2086
+            kill "-$1" $new 2>/dev/null
+            pids="$pids $new"
+        done
         echo "lane $lane: SIG$1 to $(echo $pids | wc -w) processes"
     done
 }
@@ -86,7 +106,8 @@ case $ACTION in
                 continue
             fi
             mapfile -t cmds < <(steps "$lane")
-            script=$(printf '%s\n' "${cmds[@]}")
+            # the lane's last act: its pid file goes, so that the pid, once free, names nothing
+            script=$(printf '%s\n' "${cmds[@]}" "rm -f $(printf %q "$LANES_DIR/$lane.pid")")
             # its own session, so that `stop` ends the lane's process group and nothing else
             setsid nohup bash -c "$script" >> "$LANES_DIR/$lane.log" 2>&1 < /dev/null &
             echo $! > "$LANES_DIR/$lane.pid"
@@ -99,8 +120,25 @@ case $ACTION in
         for lane in "${LANES[@]}"; do
             alive "$lane" || continue
             pid=$(cat "$LANES_DIR/$lane.pid")
-            kill -CONT $(tree "$pid") 2>/dev/null  # a paused run cannot checkpoint
+            pids=$(tree "$pid")
+            # shellcheck disable=SC2086
+            kill -CONT $pids 2>/dev/null  # a paused run cannot checkpoint
+            # the order script and the driver; the driver passes it on to its run, which
+            # writes its checkpoint and lets go of its lock (it has a session of its own)
             kill -TERM -- "-$pid" 2>/dev/null
+            # a `start` right after must find the run free, or it would skip it
+            for _ in $(seq 600); do
+                # shellcheck disable=SC2086
+                [[ -z $(living $pids) ]] && break
+                sleep 0.5
+            done
+            # shellcheck disable=SC2086
+            left=$(living $pids)
+            if [[ -n $left ]]; then
+                echo "lane $lane: still running after 5 minutes: $(echo $left)" >&2
+                exit 1
+            fi
+            rm -f "$LANES_DIR/$lane.pid"
             echo "lane $lane: stopped"
         done
         ;;
@@ -130,7 +168,7 @@ case $ACTION in
         done
         ;;
     *)
-        sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,23p' "$SELF" | sed 's/^# \{0,1\}//'
         exit 2
         ;;
 esac

@@ -37,10 +37,22 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
+# a driver as benchmarks/learning.py is one: its run in a session of its own (the runner's
+# start_new_session), a TERM passed on to the run, which ends before the driver does
+DRIVER = """
+setsid bash -c 'sleep 120 & sleep 120; wait' &
+run=$!
+trap 'kill -TERM -- -$run; wait $run; exit 143' TERM
+wait $run
+"""
+
+
 def test_pause_stops_a_lanes_whole_tree_and_resume_and_stop_undo_it(tmp_path):
-    # a lane as `start` makes one: its own session; a driver under it, a run under the driver
-    lane = subprocess.Popen(["setsid", "bash", "-c",
-                             "bash -c 'sleep 120 & sleep 120; wait' & sleep 120; wait"])
+    """Pausing reaches the run in its own session (a pause of the lane's process group alone
+    would miss it), and `stop` returns only once the run has ended, its pid file gone."""
+    (tmp_path / "driver.sh").write_text(DRIVER)
+    # a lane as `start` makes one: `bash -c` in a session of its own, the driver under it
+    lane = subprocess.Popen(["setsid", "bash", "-c", f"bash {tmp_path / 'driver.sh'}; true"])
     try:
         (tmp_path / "A.pid").write_text(f"{lane.pid}\n")
         deadline = time.time() + 10
@@ -48,6 +60,8 @@ def test_pause_stops_a_lanes_whole_tree_and_resume_and_stop_undo_it(tmp_path):
             time.sleep(0.05)
         tree = _tree(lane.pid)
         assert len(tree) == 5, tree
+        run = tree[2]
+        assert os.getsid(run) == run != os.getsid(lane.pid) == lane.pid  # two sessions
         r = _lanes(tmp_path, "pause", "A")
         assert r.returncode == 0 and "lane A: SIGSTOP to 5 processes" in r.stdout, r
         assert all(_state(p) == "T" for p in tree)
@@ -55,21 +69,42 @@ def test_pause_stops_a_lanes_whole_tree_and_resume_and_stop_undo_it(tmp_path):
         assert "lane B: not running" in _lanes(tmp_path, "status").stdout
         assert _lanes(tmp_path, "resume").returncode == 0
         assert all(_state(p) != "T" for p in tree)
-        assert _lanes(tmp_path, "stop", "A").returncode == 0
+        _lanes(tmp_path, "pause")  # `stop` ends a paused lane too
+        r = _lanes(tmp_path, "stop", "A")
+        assert r.returncode == 0 and "lane A: stopped" in r.stdout, r
+        # when `stop` returns the run has ended, not only the processes it signalled
+        assert not any(Path(f"/proc/{p}").exists() and _state(p) != "Z" for p in tree)
+        assert not (tmp_path / "A.pid").exists()
         lane.wait(timeout=10)
-        time.sleep(0.2)
-        assert not any(Path(f"/proc/{p}").exists() and _state(p) not in ("Z", "X")
-                       for p in tree)
     finally:
         if lane.poll() is None:
             os.killpg(lane.pid, 9)
+        subprocess.run(["pkill", "-9", "-f", "sleep 120"], check=False)
+
+
+def test_a_pid_file_that_names_no_lane_names_nothing(tmp_path):
+    """A finished lane's pid, once another process has it, is not that lane: no signal."""
+    other = subprocess.Popen(["sleep", "60"])  # alive, but no session leader running bash -c
+    try:
+        (tmp_path / "A.pid").write_text(f"{other.pid}\n")
+        assert "lane A: not running" in _lanes(tmp_path, "status").stdout
+        assert _lanes(tmp_path, "pause", "A").stdout == ""
+        assert _state(other.pid) != "T"
+        assert "running already" not in _lanes(tmp_path, "stop", "A").stdout
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_lane_that_is_not_there_is_one_line_and_exit_2(tmp_path):
     r = _lanes(tmp_path, "start", "C")
     assert r.returncode == 2 and r.stderr.strip() == "lanes.sh: no lane 'C' (the lanes: A, B)"
     assert not (tmp_path / "C.pid").exists() and not (tmp_path / "A.pid").exists()
-    assert _lanes(tmp_path, "launch").returncode == 2  # the usage
+    # the usage, also from another directory by a relative path
+    r = subprocess.run(["bash", "./lanes.sh", "launch"], cwd=LANES.parent, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "benchmarks/lanes.sh pause" in r.stdout, r
 
 
 def test_each_lane_runs_every_pre_registered_long_grid_and_only_grids_that_exist(tmp_path):

@@ -11,7 +11,7 @@
 #   benchmarks/lanes.sh stop     # end both lanes (an unfinished run resumes at the next start)
 #   benchmarks/lanes.sh plan     # the commands each lane runs, in order
 #
-# `start`, `pause`, `resume` and `stop` take the lanes to act on (default: A B).
+# Each action takes the lanes to act on (default: A B).
 #
 # Lane A runs issue 68's refer-1m (benchmarks/refer-1m-order.sh), then issue 71's grids; lane B
 # runs issue 71's grids in DESIGN.md's order (acer-1m-threads, aql-fig2-500k on cheetah-run and
@@ -143,7 +143,7 @@ case $ACTION in
         done
         ;;
     status)
-        for lane in A B; do
+        for lane in "${LANES[@]}"; do
             if ! alive "$lane"; then
                 echo "lane $lane: not running"
                 continue
@@ -162,7 +162,7 @@ case $ACTION in
         done
         ;;
     plan)
-        for lane in A B; do
+        for lane in "${LANES[@]}"; do
             echo "lane $lane:"
             steps "$lane" | sed 's/^/  /'
         done

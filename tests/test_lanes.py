@@ -67,6 +67,7 @@ def test_pause_stops_a_lanes_whole_tree_and_resume_and_stop_undo_it(tmp_path):
         assert all(_state(p) == "T" for p in tree)
         assert "lane A (paused)" in _lanes(tmp_path, "status", "A").stdout
         assert "lane B: not running" in _lanes(tmp_path, "status").stdout
+        assert "lane A" not in _lanes(tmp_path, "status", "B").stdout
         assert _lanes(tmp_path, "resume").returncode == 0
         assert all(_state(p) != "T" for p in tree)
         _lanes(tmp_path, "pause")  # `stop` ends a paused lane too

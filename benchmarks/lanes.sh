@@ -51,10 +51,14 @@ alive() {  # lane $1 is running: its pid file names a live session leader that r
     [[ $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) == "bash -c "* ]]
 }
 
+stat_of() {  # the state of process $1 (ps's STAT: R, S, T, Z...), empty once it is gone
+    ps -o stat= -p "$1" 2>/dev/null | tr -d ' '
+}
+
 living() {  # those of the pids $@ that still run (not gone, not a zombie)
     local p state
     for p in "$@"; do
-        state=$(ps -o stat= -p "$p" 2>/dev/null | tr -d ' ')
+        state=$(stat_of "$p")
         [[ -n $state && $state != Z* ]] && echo "$p"
     done
 }
@@ -150,7 +154,7 @@ case $ACTION in
             fi
             pid=$(cat "$LANES_DIR/$lane.pid")
             state=running
-            [[ $(ps -o stat= -p "$pid" | tr -d ' ') == T* ]] && state=paused
+            [[ $(stat_of "$pid") == T* ]] && state=paused
             echo "lane $lane ($state): $(grep -E '\] (start|done) ' "$LANES_DIR/$lane.log" | tail -n 1)"
             for p in $(tree "$pid"); do
                 dir=$(tr '\0' '\n' < "/proc/$p/cmdline" 2>/dev/null | grep -A1 -x -- --run-dir |
@@ -168,7 +172,8 @@ case $ACTION in
         done
         ;;
     *)
-        sed -n '2,23p' "$SELF" | sed 's/^# \{0,1\}//'
+        # the usage is this file's opening comment
+        awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$SELF"
         exit 2
         ;;
 esac
